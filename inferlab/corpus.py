@@ -1,0 +1,177 @@
+"""Corpus preparation: strip the Gutenberg frame, rejoin hard wraps, split, build the vocabulary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+UNK = "<unk>"
+CHAPTER_HEADING = re.compile(r"^第[一二三四五六七八九十百零〇○]+回：?")
+_FRAME_START = re.compile(r"^\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_FRAME_END = re.compile(r"^\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_CREDIT_OR_END_LINE = re.compile(r"^(Produced by|End of (the )?Project Gutenberg)", re.IGNORECASE)
+# Gutenberg indents each paragraph with ideographic spaces; they carry no content.
+_INDENT = " \t\u3000"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _strip_frame(lines: list[str]) -> list[str]:
+    start = next((i + 1 for i, line in enumerate(lines) if _FRAME_START.match(line)), 0)
+    end = next((i for i, line in enumerate(lines) if _FRAME_END.match(line)), len(lines))
+    return [line for line in lines[start:end] if not _CREDIT_OR_END_LINE.match(line.strip())]
+
+
+def normalise(raw: str) -> str:
+    """Accepts the raw Gutenberg download or the shared frame-less copy.
+
+    Returns one paragraph per line; chapter headings stay on lines of their own.
+    """
+    text = raw.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    paragraphs: list[str] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            paragraphs.append("".join(current))
+            current.clear()
+
+    for line in _strip_frame(text.split("\n")):
+        stripped = line.strip(_INDENT)
+        if not stripped:
+            flush()
+        elif CHAPTER_HEADING.match(stripped):
+            flush()
+            paragraphs.append(stripped)
+        else:
+            # A line that starts with an indent opens a new paragraph even without a blank line.
+            if line[:1] in _INDENT:
+                flush()
+            current.append(stripped)
+    flush()
+    return "\n".join(paragraphs) + "\n"
+
+
+def chapter_starts(text: str) -> list[int]:
+    """Character offsets at which chapter headings begin."""
+    starts, offset = [], 0
+    for line in text.split("\n"):
+        if CHAPTER_HEADING.match(line):
+            starts.append(offset)
+        offset += len(line) + 1
+    return starts
+
+
+@dataclass(frozen=True)
+class Split:
+    train: str
+    val: str
+    boundary: int
+    val_first_chapter: int  # 1-based index of the first validation chapter
+
+
+def split_at_chapter(text: str, val_fraction: float) -> Split:
+    """Contiguous split: validation is the tail, cut at the chapter start nearest 1 - val_fraction."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    starts = chapter_starts(text)
+    if len(starts) < 2:
+        raise ValueError(f"need at least 2 chapter headings to split, found {len(starts)}")
+    target = len(text) * (1.0 - val_fraction)
+    candidates = starts[1:]  # never put the whole text into validation
+    boundary = min(candidates, key=lambda s: abs(s - target))
+    return Split(text[:boundary], text[boundary:], boundary, starts.index(boundary) + 1)
+
+
+class Vocabulary:
+    """Character vocabulary; id 0 is <unk>."""
+
+    def __init__(self, tokens: list[str]):
+        if not tokens or tokens[0] != UNK:
+            raise ValueError("the first vocabulary entry must be <unk>")
+        self.tokens = list(tokens)
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    @classmethod
+    def from_text(cls, text: str, size: int) -> Vocabulary:
+        counts = Counter(text)
+        # Frequency first, then code point, so the vocabulary is a pure function of the text.
+        ranked = sorted(counts, key=lambda ch: (-counts[ch], ord(ch)))
+        return cls([UNK] + ranked[: size - 1])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(ch, 0) for ch in text]
+
+    def decode(self, ids) -> str:
+        return "".join(self.tokens[i] if i != 0 else "�" for i in ids)
+
+    def sha256(self) -> str:
+        return sha256_bytes("\n".join(self.tokens).encode("utf-8"))
+
+    def unk_count(self, text: str) -> int:
+        return sum(1 for ch in text if ch not in self.index)
+
+
+@dataclass(frozen=True)
+class PreparedCorpus:
+    normalised: str
+    split: Split
+    vocab: Vocabulary
+    stats: dict
+
+    def save(self, paths) -> None:
+        """paths has .normalised, .train, .val and .vocab (the stats are written by the caller)."""
+        import numpy as np
+
+        Path(paths.normalised).write_text(self.normalised, encoding="utf-8")
+        for name, text in (("train", self.split.train), ("val", self.split.val)):
+            np.save(getattr(paths, name), np.asarray(self.vocab.encode(text), dtype=np.uint16))
+        Path(paths.vocab).write_text(json.dumps({"tokens": self.vocab.tokens}, ensure_ascii=False) + "\n",
+                                     encoding="utf-8")
+
+
+def load_vocabulary(path: str | Path) -> Vocabulary:
+    return Vocabulary(json.loads(Path(path).read_text(encoding="utf-8"))["tokens"])
+
+
+def prepare(raw: bytes, val_fraction: float, vocab_size: int) -> PreparedCorpus:
+    """Normalise, split and build the vocabulary; stats record hashes, sizes and the <unk> rate."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"the corpus is not UTF-8: {err}") from err
+    normalised = normalise(text)
+    split = split_at_chapter(normalised, val_fraction)
+    vocab = Vocabulary.from_text(split.train, vocab_size)
+    if len(vocab) < vocab_size:
+        raise ValueError(f"the training text has only {len(vocab) - 1} distinct characters; "
+                         f"vocab_size {vocab_size} needs {vocab_size - 1}")
+    train_unk, val_unk = vocab.unk_count(split.train), vocab.unk_count(split.val)
+    stats = {
+        "raw_sha256": sha256_bytes(raw),
+        "normalised_sha256": sha256_bytes(normalised.encode("utf-8")),
+        "raw_chars": len(text),
+        "normalised_chars": len(normalised),
+        "distinct_chars": len(set(normalised)),
+        "chapters": len(chapter_starts(normalised)),
+        "val_fraction_requested": val_fraction,
+        "train_chars": len(split.train),
+        "val_chars": len(split.val),
+        "val_fraction_actual": len(split.val) / len(normalised),
+        "val_first_chapter": split.val_first_chapter,
+        "vocab_size": len(vocab),
+        "train_unk_rate": train_unk / len(split.train),
+        "val_unk_rate": val_unk / len(split.val),
+        "unk_rate": (train_unk + val_unk) / len(normalised),
+        "vocab_sha256": vocab.sha256(),
+    }
+    return PreparedCorpus(normalised, split, vocab, stats)

@@ -1,0 +1,84 @@
+"""Generation engine: prefill, one-token decode and decode loops, with or without the KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from inferlab.model import GPT
+
+# A sampler maps next-token logits (B, V) to token ids (B,).
+Sampler = Callable[[torch.Tensor], torch.Tensor]
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+@torch.no_grad()
+def prefill(model: GPT, prompt: torch.Tensor) -> torch.Tensor:
+    """Runs the prompt (B, T) through the model from position 0; returns last logits (B, V)."""
+    input_pos = torch.arange(prompt.size(1), device=prompt.device)
+    return model(prompt, input_pos)[:, -1]
+
+
+@torch.no_grad()
+def decode_one_token(model: GPT, token: torch.Tensor, position: int) -> torch.Tensor:
+    """Cached step: token (B, 1) at absolute position; returns logits (B, V)."""
+    input_pos = torch.tensor([position], device=token.device)
+    return model(token, input_pos)[:, -1]
+
+
+@torch.no_grad()
+def recompute_last(model: GPT, sequence: torch.Tensor) -> torch.Tensor:
+    """Uncached step: the whole sequence (B, T) again; returns the last logits (B, V)."""
+    return model(sequence)[:, -1]
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor          # (B, T_prompt + n) prompt followed by the new tokens
+    step_logits: list[torch.Tensor] | None  # n tensors (B, V), the logits each new token came from
+
+    def new_tokens(self, prompt_len: int) -> torch.Tensor:
+        return self.tokens[:, prompt_len:]
+
+
+@torch.no_grad()
+def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+             sampler: Sampler = greedy, keep_logits: bool = False) -> Generation:
+    """Decodes max_new_tokens after prompt (B, T). The cached path allocates its own cache."""
+    total = prompt.size(1) + max_new_tokens
+    if total > model.config.max_seq_len:
+        raise ValueError(f"prompt + new tokens = {total} exceeds the context {model.config.max_seq_len}")
+    if use_cache:
+        model.setup_caches(prompt.size(0), total)
+    try:
+        return _decode_loop(model, prompt, max_new_tokens, use_cache, sampler, keep_logits)
+    finally:
+        if use_cache:
+            model.clear_caches()
+
+
+def _decode_loop(model, prompt, max_new_tokens, use_cache, sampler, keep_logits) -> Generation:
+    sequence = torch.empty(prompt.size(0), prompt.size(1) + max_new_tokens, dtype=torch.long,
+                           device=prompt.device)
+    sequence[:, : prompt.size(1)] = prompt
+    kept: list[torch.Tensor] | None = [] if keep_logits else None
+    position = prompt.size(1)
+    logits = prefill(model, prompt) if use_cache else recompute_last(model, prompt)
+    for step in range(max_new_tokens):
+        token = sampler(logits)
+        sequence[:, position] = token
+        if kept is not None:
+            kept.append(logits)
+        position += 1
+        if step + 1 == max_new_tokens:
+            break
+        if use_cache:
+            logits = decode_one_token(model, token.view(-1, 1), position - 1)
+        else:
+            logits = recompute_last(model, sequence[:, :position])
+    return Generation(sequence, kept)

@@ -1,0 +1,22 @@
+"""Plumbing shared by the workflow's scripts: logging and thread setup for one job."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+
+def start_job(log_path: str | Path, threads: int) -> TextIO:
+    """Sends stderr (tqdm bars, warnings, tracebacks) and logging to the job's log file."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    handle = open(log_path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the job
+    sys.stderr = handle
+    logging.basicConfig(stream=handle, level=logging.INFO, force=True,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    torch.set_num_threads(max(1, int(threads)))
+    logging.info("torch %s, %d threads", torch.__version__, torch.get_num_threads())
+    return handle

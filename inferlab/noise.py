@@ -1,0 +1,32 @@
+"""The noise floor: k sigma of the final validation loss over reruns that differ only in seed."""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+
+SEED_FLOOR = 0.020  # the seed page's floor, printed beside ours for reference only
+
+
+def noise_floor_table(runs: list[dict], sigmas: float, use: str, fixed_value: float) -> pd.DataFrame:
+    """runs: dicts with name, seed, val_loss. One row per run; floor columns repeat on every row."""
+    if len(runs) < 2:
+        raise ValueError("a noise floor needs at least two runs")
+    losses = [r["val_loss"] for r in runs]
+    std = statistics.stdev(losses)
+    measured = sigmas * std
+    rows = [{
+        "run": r["name"], "seed": r["seed"], "val_loss": r["val_loss"],
+        "n_runs": len(runs), "mean_val_loss": statistics.fmean(losses), "std": std,
+        "range": max(losses) - min(losses), "sigmas": sigmas, "floor_measured": measured,
+        "floor_fixed": fixed_value, "floor_source": use,
+        "floor": measured if use == "measured" else fixed_value,
+        "seed_page_floor": SEED_FLOOR,
+    } for r in runs]
+    return pd.DataFrame(rows)
+
+
+def floor_value(table: pd.DataFrame) -> float:
+    """The floor the verdicts use, as chosen in config."""
+    return float(table["floor"].iloc[0])

@@ -1,0 +1,30 @@
+"""Train one model and write its checkpoint, loss curve and meta.json."""
+
+from inferlab.checkpoint import load_token_ids, save_checkpoint
+from inferlab.jobs import start_job
+from inferlab.model import GPTConfig
+from inferlab.provenance import machine_stamp
+from inferlab.tables import read_json, write_table
+from inferlab.train import TrainConfig, train_model
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+corpus_stats = read_json(smk.input.stats)
+train_cfg = TrainConfig(**smk.params.train_config)
+model, curve, summary = train_model(GPTConfig.from_dict(smk.params.model_config), train_cfg,
+                                    load_token_ids(smk.input.train), load_token_ids(smk.input.val),
+                                    progress_file=log)
+stamp = machine_stamp("cpu")
+meta = {
+    "name": smk.params.name,
+    "train_config": train_cfg.to_dict(),
+    **summary,
+    "corpus_sha256": corpus_stats["raw_sha256"],
+    "normalised_sha256": corpus_stats["normalised_sha256"],
+    "vocab_sha256": corpus_stats["vocab_sha256"],
+    "machine": stamp,
+}
+write_table(curve, smk.output.curve, provenance=stamp)
+meta = save_checkpoint(model, meta, smk.output.weights.rsplit("/", 1)[0])
+print(f"{smk.params.name}: {meta['params']:,} params, val loss {meta['val_loss']:.4f}, "
+      f"{meta['tokens_per_s']:.0f} tokens/s, {meta['train_seconds']:.0f} s", file=log)

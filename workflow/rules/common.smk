@@ -1,0 +1,59 @@
+# Config validation and the helpers every rule file uses.
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+
+def _check_config():
+    models = config["models"]
+    if config["target_model"] not in models:
+        raise ValueError(f"config key target_model: {config['target_model']!r} is not one of models {sorted(models)}")
+    for draft in config["speculative"]["drafts"]:
+        if draft not in models:
+            raise ValueError(f"config key speculative.drafts: {draft!r} is not one of models {sorted(models)}")
+    for name in config["training"].get("overrides", {}):
+        if name not in models:
+            raise ValueError(f"config key training.overrides.{name}: no such model in models")
+    seq_len = train_config(config["target_model"])["seq_len"]
+    if seq_len > config["architecture"]["max_seq_len"]:
+        raise ValueError(f"config key training.defaults.seq_len: {seq_len} exceeds architecture.max_seq_len")
+
+
+CORPUS_DIR = "results/corpus"
+CORPUS = {
+    "normalised": f"{CORPUS_DIR}/normalised.txt",
+    "train": f"{CORPUS_DIR}/train.npy",
+    "val": f"{CORPUS_DIR}/val.npy",
+    "vocab": f"{CORPUS_DIR}/vocab.json",
+    "stats": f"{CORPUS_DIR}/stats.json",
+}
+MODELS = list(config["models"])
+TARGET = config["target_model"]
+
+
+def model_config(name):
+    """Plain dict for inferlab.model.GPTConfig."""
+    return {**config["architecture"], **config["models"][name],
+            "vocab_size": config["corpus"]["vocab_size"]}
+
+
+def train_config(name):
+    """Training defaults with the model's overrides merged on top."""
+    return {**config["training"]["defaults"], **config["training"].get("overrides", {}).get(name, {})}
+
+
+def checkpoint(name):
+    """The files that make up a trained model; rules take them as input."""
+    return {"weights": f"results/models/{name}/model.safetensors",
+            "meta": f"results/models/{name}/meta.json"}
+
+
+def checkpoint_dir(name):
+    return f"results/models/{name}"
+
+
+_check_config()

@@ -1,0 +1,87 @@
+# Training: the three models, the noise-floor reruns of the target, and the floor itself.
+
+
+def _training_minutes(name):
+    """Rough runtime request for cluster executors: ~10 min for the default target."""
+    steps = train_config(name)["steps"]
+    width = config["models"][name]["d_model"] / 256
+    return max(5, int(steps / 500 * 15 * max(width, 0.25)))
+
+
+rule train_model:
+    input:
+        train=CORPUS["train"],
+        val=CORPUS["val"],
+        stats=CORPUS["stats"],
+    output:
+        weights="results/models/{model}/model.safetensors",
+        meta="results/models/{model}/meta.json",
+        curve="results/models/{model}/loss_curve.parquet",
+    params:
+        name="{model}",
+        model_config=lambda w: model_config(w.model),
+        train_config=lambda w: train_config(w.model),
+    log:
+        "logs/train/{model}.log",
+    benchmark:
+        "results/benchmarks/train/{model}.tsv"
+    wildcard_constraints:
+        model="|".join(MODELS),
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=lambda w: _training_minutes(w.model),
+    script:
+        "../../scripts/train.py"
+
+
+rule train_noise_rerun:
+    input:
+        train=CORPUS["train"],
+        val=CORPUS["val"],
+        stats=CORPUS["stats"],
+    output:
+        weights="results/noise/seed{seed}/model.safetensors",
+        meta="results/noise/seed{seed}/meta.json",
+        curve="results/noise/seed{seed}/loss_curve.parquet",
+    params:
+        name=lambda w: f"{TARGET}_seed{w.seed}",
+        model_config=lambda w: model_config(TARGET),
+        train_config=lambda w: {**train_config(TARGET), "seed": int(w.seed)},
+    log:
+        "logs/train/noise_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/train/noise_seed{seed}.tsv"
+    wildcard_constraints:
+        seed=r"-?\d+",
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=lambda w: _training_minutes(TARGET),
+    script:
+        "../../scripts/train.py"
+
+
+NOISE_METAS = [f"results/noise/seed{s}/meta.json" for s in config["noise_floor"]["extra_seeds"]]
+
+
+rule noise_floor:
+    input:
+        base=checkpoint(TARGET)["meta"],
+        reruns=NOISE_METAS,
+    output:
+        "results/noise_floor.parquet",
+    params:
+        sigmas=config["noise_floor"]["sigmas"],
+        use=config["noise_floor"]["use"],
+        fixed_value=config["noise_floor"]["fixed_value"],
+    log:
+        "logs/noise_floor.log",
+    script:
+        "../../scripts/noise_floor.py"
+
+
+FOUNDATION_OUTPUTS = [
+    *[checkpoint(name)["meta"] for name in MODELS],
+    "results/noise_floor.parquet",
+]
