@@ -6,9 +6,14 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/kvcache.smk"
+include: "workflow/rules/sampling.smk"
+include: "workflow/rules/speculative.smk"
+include: "workflow/rules/quant.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
-        FOUNDATION_OUTPUTS,
+        REPORT_OUTPUTS,

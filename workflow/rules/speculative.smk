@@ -1,0 +1,3 @@
+# Experiment 3: speculative sampling. (to be filled in)
+
+SPECULATIVE_OUTPUTS = []
