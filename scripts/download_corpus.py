@@ -3,5 +3,6 @@
 from inferlab.download import download_corpus
 from inferlab.jobs import start_job
 
-start_job(snakemake.log[0], 1)  # noqa: F821
-download_corpus(snakemake.params.url, snakemake.output[0])  # noqa: F821
+smk = snakemake  # noqa: F821
+start_job(smk.log[0], 1)
+download_corpus(smk.params.url, smk.output[0], configured_path=smk.params.configured_path)

@@ -1,5 +1,7 @@
 # Config validation and the helpers every rule file uses.
 
+from pathlib import Path
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
