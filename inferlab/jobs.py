@@ -14,7 +14,15 @@ def start_job(log_path: str | Path, threads: int) -> TextIO:
     """Sends stderr (tqdm bars, warnings, tracebacks) and logging to the job's log file."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     handle = open(log_path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the job
+    terminal = sys.stderr
     sys.stderr = handle
+
+    def report_failure(kind, error, tb):
+        # Full traceback in the log; the one-line reason on the terminal, where the user looks first.
+        sys.__excepthook__(kind, error, tb)
+        print(f"{kind.__name__}: {error}\n(full traceback in {log_path})", file=terminal, flush=True)
+
+    sys.excepthook = report_failure
     logging.basicConfig(stream=handle, level=logging.INFO, force=True,
                         format="%(asctime)s %(levelname)s %(message)s")
     torch.set_num_threads(max(1, int(threads)))

@@ -1,0 +1,27 @@
+"""One repetition cell: prompts x samples x new tokens, scored per sample."""
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from inferlab.checkpoint import load_checkpoint, load_token_ids, model_stamp
+from inferlab.corpus import load_vocabulary
+from inferlab.jobs import start_job
+from inferlab.provenance import machine_stamp
+from inferlab.repetition import corpus_ngram_index, generate_cell
+from inferlab.tables import read_json, write_table
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+p = smk.params
+vocab = load_vocabulary(smk.input.vocab)
+model, meta = load_checkpoint(Path(smk.input.meta).parent,
+                              expected_vocab_sha256=read_json(smk.input.stats)["vocab_sha256"])
+index = corpus_ngram_index(load_token_ids(smk.input.train).numpy(), base=len(vocab))
+with tqdm(total=len(p.prompts) * p.new_tokens, desc=p.cell["cell"], file=log, mininterval=2) as bar:
+    rows = generate_cell(model, vocab, p.cell, p.prompts, p.samples, p.new_tokens, p.seed, index,
+                         on_step=bar.update)
+write_table(rows, smk.output[0], provenance={
+    "machine": machine_stamp("cpu"), "model": model_stamp(meta, p.model), "cell": p.cell,
+    "repeat_count": len(rows), "baseline": "greedy", "prompt_unk_chars": int(rows["prompt_unk_chars"].sum())})
+print(rows.drop(columns="text").describe().to_string(), file=log)

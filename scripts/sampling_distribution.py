@@ -1,0 +1,31 @@
+"""Next-token distribution for the sampling prompt: export the logits, then entropy and kept
+count per grid cell, computed in float64 from exactly the exported numbers."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from inferlab.checkpoint import load_checkpoint, model_stamp
+from inferlab.corpus import load_vocabulary
+from inferlab.generate import prefill
+from inferlab.jobs import start_job
+from inferlab.provenance import machine_stamp
+from inferlab.repetition import encode_prompt
+from inferlab.sampling import distribution_rows, logits_export
+from inferlab.tables import read_json, write_json, write_table
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+vocab = load_vocabulary(smk.input.vocab)
+model, meta = load_checkpoint(Path(smk.input.meta).parent,
+                              expected_vocab_sha256=read_json(smk.input.stats)["vocab_sha256"])
+prompt_ids, unk = encode_prompt(vocab, smk.params.prompt)
+logits = prefill(model, prompt_ids)[0]  # (V,) float32
+write_json(logits_export(smk.params.prompt, smk.params.model, meta["weights_sha256"], vocab.tokens,
+                         logits, unk), smk.output.logits)
+exported = read_json(smk.output.logits)["logits"]  # the very numbers the workbench will read
+table = pd.DataFrame(distribution_rows(exported, smk.params.cells))
+write_table(table, smk.output.table, provenance={
+    "machine": machine_stamp("cpu"), "model": model_stamp(meta, smk.params.model),
+    "prompt": smk.params.prompt, "prompt_unk_chars": unk, "repeat_count": 1, "baseline": "none"})
+print(table.to_string(index=False), file=log)

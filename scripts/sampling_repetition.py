@@ -1,0 +1,22 @@
+"""Concatenate the cells: bootstrap summary per cell and metric, plus a few example texts."""
+
+import pandas as pd
+
+from inferlab.jobs import start_job
+from inferlab.provenance import machine_stamp
+from inferlab.repetition import example_texts, summarise
+from inferlab.tables import read_provenance, read_table, write_table
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], 1)
+models = {read_provenance(path)["model"]["checkpoint_sha256"] for path in smk.input}
+if len(models) != 1:
+    raise ValueError(f"the cell tables come from {len(models)} different checkpoints; rerun the stale cells")
+samples = pd.concat([read_table(path) for path in smk.input], ignore_index=True)
+summary = summarise(samples, smk.params.resamples, smk.params.seed)
+provenance = {"machine": machine_stamp("cpu"), "model": read_provenance(smk.input[0])["model"],
+              "repeat_count": int(samples.groupby("cell").size().min()), "baseline": "greedy",
+              "bootstrap_resamples": smk.params.resamples, "bootstrap_seed": smk.params.seed}
+write_table(summary, smk.output.summary, provenance=provenance)
+write_table(example_texts(samples, smk.params.example_texts), smk.output.examples, provenance=provenance)
+print(summary.pivot(index="cell", columns="metric", values="mean").to_string(), file=log)
