@@ -190,7 +190,8 @@ def measure_kv_bytes_per_token(model: GPT, prompt: torch.Tensor, new_tokens: int
     finally:
         model.clear_caches()
     return {"filled_positions": filled, "expected_positions": position,
-            "kv_bytes_per_token": prefix_bytes / (filled * batch),
+            "kv_bytes_per_token": prefix_bytes // (filled * batch) if prefix_bytes % (filled * batch) == 0
+            else prefix_bytes / (filled * batch),
             "kv_bytes_per_token_theory": kv_bytes_per_token(model.config, tensors[0].dtype)}
 
 
@@ -379,8 +380,8 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
     profiled steps) repeat on every row. unprofiled_step_ms times the same step without the
     profiler, whose own bookkeeping inflates wall_ms.
     """
-    step = _cached_step_fn(model, sequence, positions)
     try:
+        step = _cached_step_fn(model, sequence, positions)
         for _ in range(3):
             step()
         unprofiled = [timed_ms(step, device)[1] for _ in range(steps)]

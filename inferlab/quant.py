@@ -96,6 +96,8 @@ def rtn_quantize(weight: torch.Tensor, bits: int, granularity: str, symmetric: b
     """Round-to-nearest quantisation of a (N, K) weight at the given granularity."""
     w = weight.detach().float()
     n, k = w.shape
+    if granularity == "group":
+        group_size = min(group_size, k)  # a group wider than the row is the row (as in the reference)
     if granularity == "group" and k % group_size:
         raise ValueError(f"group size {group_size} does not divide the {k} input columns")
     rows, cols = GROUPINGS[granularity](n, k, group_size)
@@ -143,7 +145,7 @@ GRID_COUNT: dict[str, Callable[[int, int, int | None], int]] = {
     "none": lambda n, k, g: 0,
     "tensor": lambda n, k, g: 1,
     "channel": lambda n, k, g: n,
-    "group": lambda n, k, g: n * (k // g),
+    "group": lambda n, k, g: n * (k // min(g, k)),
 }
 
 # name suffix -> (method, granularity, symmetric, group size); GPTQ is per-channel asymmetric.
@@ -445,17 +447,3 @@ def kernel_max_rel_error(quantised: nn.Module, fast: nn.Module, seed: int = 0) -
         ref = linear(x)
         worst = max(worst, ((fast.get_submodule(name)(x) - ref).abs().max() / ref.abs().max()).item())
     return worst
-
-
-# --------------------------------------------------------------------------------------------
-# The choice
-
-CHOICE_RULE = ("fewest nominal bits among schemes whose validation-loss increase is below the noise "
-               "floor (delta_loss < floor; bf16 counts as 16 bits); ties go to the simpler method "
-               "(per-tensor < per-channel < group < GPTQ, symmetric < asymmetric), then to fewer "
-               "effective bits per weight")
-
-
-def choice_key(row: dict) -> tuple:
-    """Sort key of the choice rule for a summary row (needs scheme, bits, effective bits)."""
-    return (row["bits"], get_scheme(row["scheme"]).simplicity, row["effective_bits_per_weight"], row["scheme"])

@@ -16,7 +16,8 @@ def chapter_heading(n: int) -> str:
     if n < 10:
         numeral = CHINESE_NUMERALS[n - 1]
     else:
-        numeral = ("" if tens == 1 else CHINESE_NUMERALS[tens - 1]) + "十" + (CHINESE_NUMERALS[ones - 1] if ones else "")
+        tens_part = "" if tens == 1 else CHINESE_NUMERALS[tens - 1]
+        numeral = tens_part + "十" + (CHINESE_NUMERALS[ones - 1] if ones else "")
     return f"第{numeral}回"
 
 

@@ -42,7 +42,7 @@ def synthetic_logits(n: int = 400, seed: int = 7) -> list[float]:
 
     rng = random.Random(seed)
     values = [rng.gauss(0.0, 2.0) - 0.01 * i for i in range(n)]
-    values[10:14] = [values[10]] * 4          # ties that a top-p cut can fall into
+    values[10:14] = [values[10]] * 4  # ties that a top-p cut can fall into
     return [float(v) for v in np.asarray(values, dtype=np.float32)]
 
 
@@ -50,17 +50,27 @@ def _driver():
     if os.environ.get("INFERLAB_SKIP_BROWSER") == "1":
         pytest.skip("INFERLAB_SKIP_BROWSER=1")
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.fail(f"{CHROMIUM} and {CHROMEDRIVER} are required for the workbench test; install them with "
-                    "`apt-get install chromium chromium-driver` (Debian) or set INFERLAB_SKIP_BROWSER=1 to skip")
+        pytest.fail(
+            f"{CHROMIUM} and {CHROMEDRIVER} are required for the workbench test; install them with "
+            "`apt-get install chromium chromium-driver` (Debian) or set INFERLAB_SKIP_BROWSER=1 to skip"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     profile = tempfile.mkdtemp(prefix="inferlab-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", f"--user-data-dir={profile}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     return driver, profile

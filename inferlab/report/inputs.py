@@ -42,10 +42,10 @@ class ReportInputs:
     tables: dict[str, pd.DataFrame | None] = field(default_factory=dict)
     provenance: dict[str, dict] = field(default_factory=dict)
     json: dict[str, object] = field(default_factory=dict)
-    metas: dict[str, dict] = field(default_factory=dict)          # model name -> meta.json
+    metas: dict[str, dict] = field(default_factory=dict)  # model name -> meta.json
     loss_curves: dict[str, pd.DataFrame] = field(default_factory=dict)
     seed_reference: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)                    # plain settings from the rule
+    config: dict = field(default_factory=dict)  # plain settings from the rule
     target: str = "ref_baseline"
 
     def table(self, key: str) -> pd.DataFrame | None:
@@ -67,9 +67,15 @@ def _read_parquet(path: Path) -> tuple[pd.DataFrame | None, dict]:
         return None, {}
 
 
-def load_inputs(table_paths: dict[str, str], json_paths: dict[str, str], meta_paths: dict[str, str],
-                curve_paths: dict[str, str], seed_reference_path: str | None, config: dict,
-                target: str) -> ReportInputs:
+def load_inputs(
+    table_paths: dict[str, str],
+    json_paths: dict[str, str],
+    meta_paths: dict[str, str],
+    curve_paths: dict[str, str],
+    seed_reference_path: str | None,
+    config: dict,
+    target: str,
+) -> ReportInputs:
     """Reads what exists; keys whose file does not exist stay None (shown as 'missing')."""
     data = ReportInputs(config=config, target=target)
     for key in TABLE_PATHS:

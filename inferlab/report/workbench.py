@@ -32,21 +32,29 @@ def grid_records(distribution: pd.DataFrame | None) -> list[dict]:
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in records]
 
 
-def workbench_html(prompt: str, vocab: Sequence[str], logits: Sequence[float], grid: list[dict],
-                   stamp_lines: Sequence[str] = (), title: str = "Sampling workbench") -> str:
+def workbench_html(
+    prompt: str,
+    vocab: Sequence[str],
+    logits: Sequence[float],
+    grid: list[dict],
+    stamp_lines: Sequence[str] = (),
+    title: str = "Sampling workbench",
+) -> str:
     """The page. `grid` are rows of results/sampling/distribution.parquet (or a test's own table)."""
     if len(vocab) != len(logits):
         raise ValueError(f"{len(logits)} logits for a vocabulary of {len(vocab)}")
     data = {"prompt": prompt, "vocab": list(vocab), "logits": [float(v) for v in logits], "grid": grid}
     first = grid[0] if grid else {"temperature": 1.0, "top_p": 0.9, "min_p": 0.0}
     stamps = "".join(f"<li>{html.escape(line)}</li>" for line in stamp_lines)
-    return (_TEMPLATE.replace("%TITLE%", html.escape(title))
-            .replace("%PROMPT%", html.escape(prompt))
-            .replace("%STAMPS%", stamps)
-            .replace("%T0%", repr(float(first["temperature"])))
-            .replace("%P0%", repr(float(first["top_p"])))
-            .replace("%M0%", repr(float(first["min_p"])))
-            .replace("%DATA%", _json_for_script(data)))
+    return (
+        _TEMPLATE.replace("%TITLE%", html.escape(title))
+        .replace("%PROMPT%", html.escape(prompt))
+        .replace("%STAMPS%", stamps)
+        .replace("%T0%", repr(float(first["temperature"])))
+        .replace("%P0%", repr(float(first["top_p"])))
+        .replace("%M0%", repr(float(first["min_p"])))
+        .replace("%DATA%", _json_for_script(data))
+    )
 
 
 _TEMPLATE = r"""<!DOCTYPE html>
@@ -55,7 +63,8 @@ _TEMPLATE = r"""<!DOCTYPE html>
 <title>%TITLE%</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:60em;padding:0 1em;color:#222}
-h1{font-size:1.4em} .controls{display:grid;grid-template-columns:7em 1fr 7em;gap:.4em 1em;align-items:center;max-width:40em}
+h1{font-size:1.4em}
+.controls{display:grid;grid-template-columns:7em 1fr 7em;gap:.4em 1em;align-items:center;max-width:40em}
 .stats{display:flex;gap:2em;margin:1em 0;font-size:1.1em} .stats b{font-variant-numeric:tabular-nums}
 table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}
 tr.ok td.m{color:#17692d} tr.bad td.m{color:#b00020;font-weight:bold} tr{cursor:pointer}
@@ -68,9 +77,15 @@ then min-p (p &ge; min-p &middot; p<sub>max</sub>); entropy and kept count are o
 distribution. Works offline; nothing is fetched.</p>
 <ul class="note">%STAMPS%</ul>
 <div class="controls">
-<label for="temperature">temperature</label><input id="temperature-range" type="range" min="0.05" max="2" step="0.01" value="%T0%"><input id="temperature" type="number" min="0.01" max="5" step="any" value="%T0%">
-<label for="top_p">top-p</label><input id="top_p-range" type="range" min="0.01" max="1" step="0.01" value="%P0%"><input id="top_p" type="number" min="0" max="1" step="any" value="%P0%">
-<label for="min_p">min-p</label><input id="min_p-range" type="range" min="0" max="0.5" step="0.01" value="%M0%"><input id="min_p" type="number" min="0" max="1" step="any" value="%M0%">
+<label for="temperature">temperature</label>
+<input id="temperature-range" type="range" min="0.05" max="2" step="0.01" value="%T0%">
+<input id="temperature" type="number" min="0.01" max="5" step="any" value="%T0%">
+<label for="top_p">top-p</label>
+<input id="top_p-range" type="range" min="0.01" max="1" step="0.01" value="%P0%">
+<input id="top_p" type="number" min="0" max="1" step="any" value="%P0%">
+<label for="min_p">min-p</label>
+<input id="min_p-range" type="range" min="0" max="0.5" step="0.01" value="%M0%">
+<input id="min_p" type="number" min="0" max="1" step="any" value="%M0%">
 </div>
 <div class="stats">
 <span>entropy <b id="entropy-nats" data-value="">-</b> nats</span>
@@ -132,7 +147,8 @@ function stats(logits, temperature, topP, minP) {
 function drawBars(res) {
   const svg = document.getElementById("bars");
   const W = 900, H = 260, top = 10, bottom = 40, left = 40, n = 30;
-  const byP = Array.from({length: V}, (_, i) => i).sort((a, b) => (res.p[b] > res.p[a]) - (res.p[b] < res.p[a])).slice(0, n);
+  const byP = Array.from({length: V}, (_, i) => i)
+    .sort((a, b) => (res.p[b] > res.p[a]) - (res.p[b] < res.p[a])).slice(0, n);
   const qOf = new Map(res.order.map((t, i) => [t, res.q[i]]));
   let ymax = 0;
   for (const t of byP) ymax = Math.max(ymax, res.p[t], qOf.get(t) || 0);

@@ -1,5 +1,6 @@
 # Config validation and the helpers every rule file uses.
 
+import os
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -8,6 +9,11 @@ min_version("9.0")
 
 
 validate(config, schema="../schemas/config.schema.yaml")
+
+# Job scripts import the inferlab package from this checkout, whether or not it is
+# pip-installed (e.g. inside the conda env of `--sdm conda`).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")]))
+CONDA_ENV = "../envs/inferlab.yaml"
 
 
 def _check_config():

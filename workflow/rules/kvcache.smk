@@ -1,3 +1,143 @@
-# Experiment 1: KV cache vs no cache, and the roofline. (to be filled in)
+# Experiment 1: KV cache vs no cache, and the roofline.
+#
+#   kvcache_timing (one job per length) -> kvcache_summary -> roofline
+#   kvcache_steps (single-step probe + profiler) -^           ^- roofline_probe
+#
+# Timing jobs take every core (threads: workflow.cores) so nothing runs beside them.
 
-KVCACHE_OUTPUTS = []
+KV = config["kvcache"]
+ROOFLINE = config["roofline"]
+KV_LENGTHS = [int(n) for n in KV["lengths"]]
+KV_DIR = "results/kvcache"
+
+if len(KV["prompt"]) + max(KV_LENGTHS) > config["architecture"]["max_seq_len"]:
+    raise ValueError(f"config key kvcache.lengths: prompt ({len(KV['prompt'])} characters) + "
+                     f"{max(KV_LENGTHS)} new tokens exceeds architecture.max_seq_len "
+                     f"{config['architecture']['max_seq_len']}")
+
+
+rule kvcache_timing:
+    input:
+        **checkpoint(TARGET),
+        vocab=CORPUS["vocab"],
+    output:
+        f"{KV_DIR}/timings/len{{length}}.parquet",
+    params:
+        model_name=TARGET,
+        device=KV["device"],
+        prompt=KV["prompt"],
+        length=lambda w: int(w.length),
+        reps=KV["reps"],
+        warmup=KV["warmup"],
+    log:
+        "logs/kvcache_timing/len{length}.log",
+    benchmark:
+        "results/benchmarks/kvcache_timing/len{length}.tsv"
+    wildcard_constraints:
+        length=r"\d+",
+    threads: workflow.cores
+    resources:
+        mem_mb=2000,
+        # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
+        runtime=lambda w: 2 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6),
+    script:
+        "../../scripts/kvcache_timing.py"
+
+
+rule kvcache_steps:
+    input:
+        **checkpoint(TARGET),
+        vocab=CORPUS["vocab"],
+    output:
+        steps=f"{KV_DIR}/steps.parquet",
+        profile=f"{KV_DIR}/profile.parquet",
+    params:
+        model_name=TARGET,
+        device=KV["device"],
+        prompt=KV["prompt"],
+        max_length=max(KV_LENGTHS),
+        points=KV["step_points"],
+        reps=KV["step_reps"],
+        warmup=KV["warmup"],
+        profile_steps=KV["profile_steps"],
+    log:
+        "logs/kvcache_steps.log",
+    benchmark:
+        "results/benchmarks/kvcache_steps.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    script:
+        "../../scripts/kvcache_steps.py"
+
+
+rule kvcache_summary:
+    input:
+        timings=expand(f"{KV_DIR}/timings/len{{length}}.parquet", length=KV_LENGTHS),
+        steps=f"{KV_DIR}/steps.parquet",
+        meta=checkpoint(TARGET)["meta"],
+    output:
+        timings=f"{KV_DIR}/timings.parquet",
+        summary=f"{KV_DIR}/summary.parquet",
+        fit=f"{KV_DIR}/fit.parquet",
+    params:
+        model_name=TARGET,
+    log:
+        "logs/kvcache_summary.log",
+    benchmark:
+        "results/benchmarks/kvcache_summary.tsv"
+    script:
+        "../../scripts/kvcache_summary.py"
+
+
+rule roofline_probe:
+    input:
+        meta=checkpoint(TARGET)["meta"],
+    output:
+        "results/roofline/probe.parquet",
+    params:
+        device=KV["device"],
+        probe_mb=ROOFLINE["probe_mb"],
+        matmul_size=ROOFLINE["matmul_size"],
+        repeats=ROOFLINE["probe_repeats"],
+    log:
+        "logs/roofline_probe.log",
+    benchmark:
+        "results/benchmarks/roofline_probe.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=lambda w: int(3 * ROOFLINE["probe_mb"]) + 1000,
+        runtime=5,
+    script:
+        "../../scripts/roofline_probe.py"
+
+
+rule roofline:
+    input:
+        anchor=ROOFLINE["anchor"],
+        probe="results/roofline/probe.parquet",
+        summary=f"{KV_DIR}/summary.parquet",
+        meta=checkpoint(TARGET)["meta"],
+    output:
+        "results/roofline.parquet",
+    params:
+        model_name=TARGET,
+        anchor_context_tokens=ROOFLINE["anchor_context_tokens"],
+    log:
+        "logs/roofline.log",
+    benchmark:
+        "results/benchmarks/roofline.tsv"
+    script:
+        "../../scripts/roofline.py"
+
+
+KVCACHE_OUTPUTS = [
+    f"{KV_DIR}/timings.parquet",
+    f"{KV_DIR}/summary.parquet",
+    f"{KV_DIR}/fit.parquet",
+    f"{KV_DIR}/steps.parquet",
+    f"{KV_DIR}/profile.parquet",
+    "results/roofline/probe.parquet",
+    "results/roofline.parquet",
+]

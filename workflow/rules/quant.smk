@@ -1,3 +1,69 @@
-# Experiment 4: weight quantization. (to be filled in)
+# Experiment 4: weight quantization.
+#
+#   quant_scheme (one job per scheme in quantization.schemes) -> quant_summary (summary + choice)
+#
+# Each scheme job quantises every Linear in the target's blocks (the tied embedding stays fp32),
+# evaluates fp32 and quantised weights on the full validation split in the same process, and,
+# where the scheme has a low-bit kernel on the CPU, times cached decode against fp32. Scheme
+# names and their parameters live in the SCHEMES table of inferlab/quant.py. The speed settings
+# go to every scheme job (which scheme has a kernel is known only to that table).
 
-QUANT_OUTPUTS = []
+QUANT = config["quantization"]
+QUANT_SCHEMES = list(QUANT["schemes"])
+QUANT_DIR = "results/quant"
+_QUANT_SEQ_LEN = train_config(TARGET)["seq_len"]
+
+if len(QUANT["speed"]["prompt"]) + QUANT["speed"]["new_tokens"] > config["architecture"]["max_seq_len"]:
+    raise ValueError("config key quantization.speed.new_tokens: prompt + new tokens exceeds architecture.max_seq_len")
+
+
+rule quant_scheme:
+    input:
+        **checkpoint(TARGET),
+        val=CORPUS["val"],
+        train=CORPUS["train"],
+        vocab=CORPUS["vocab"],
+        floor="results/noise_floor.parquet",
+    output:
+        f"{QUANT_DIR}/{{scheme}}.parquet",
+    params:
+        scheme="{scheme}",
+        model_name=TARGET,
+        seq_len=_QUANT_SEQ_LEN,
+        # only the calibrating schemes get the GPTQ settings: editing them reruns only those jobs
+        gptq=lambda w: QUANT["gptq"] if w.scheme.endswith("_gptq") else None,
+        speed=QUANT["speed"],
+    log:
+        "logs/quant_scheme/{scheme}.log",
+    benchmark:
+        "results/benchmarks/quant_scheme/{scheme}.tsv"
+    wildcard_constraints:
+        scheme="|".join(QUANT_SCHEMES),
+    threads: workflow.cores
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=6000,
+        runtime=lambda w: 30 if w.scheme.endswith("_gptq") else 15,
+    script:
+        "../../scripts/quant_scheme.py"
+
+
+rule quant_summary:
+    input:
+        schemes=expand(f"{QUANT_DIR}/{{scheme}}.parquet", scheme=QUANT_SCHEMES),
+    output:
+        summary=f"{QUANT_DIR}/summary.parquet",
+        choice=f"{QUANT_DIR}/choice.parquet",
+    params:
+        schemes=QUANT_SCHEMES,
+        gptq=QUANT["gptq"],
+    log:
+        "logs/quant_summary.log",
+    conda:
+        CONDA_ENV
+    script:
+        "../../scripts/quant_summary.py"
+
+
+QUANT_OUTPUTS = [f"{QUANT_DIR}/summary.parquet", f"{QUANT_DIR}/choice.parquet"]

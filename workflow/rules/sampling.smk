@@ -6,23 +6,18 @@ import re
 SAMPLING = config["sampling"]
 
 
-def _sampling_cells():
-    """Cell id -> settings, in grid order. Ids: T0.7_p0.9 (top-p), T1.0_minp0.05 (min-p)."""
-    cells = {}
-    for t in SAMPLING["temperatures"]:
-        for p in SAMPLING["top_ps"]:
-            cell = f"T{float(t)}_p{float(p)}"
-            cells[cell] = {"cell": cell, "truncation": "top_p", "temperature": float(t),
-                           "top_p": float(p), "min_p": 0.0}
-    for t in SAMPLING["min_p"]["temperatures"]:
-        for m in SAMPLING["min_p"]["values"]:
-            cell = f"T{float(t)}_minp{float(m)}"
-            cells[cell] = {"cell": cell, "truncation": "min_p", "temperature": float(t),
-                           "top_p": 1.0, "min_p": float(m)}
-    return cells
-
-
-SAMPLING_CELLS = _sampling_cells()
+# Cell id -> settings, in grid order. Ids: T0.7_p0.9 (top-p), T1.0_minp0.05 (min-p).
+SAMPLING_CELLS = {
+    cell["cell"]: cell
+    for cell in [
+        *[{"cell": f"T{float(t)}_p{float(p)}", "truncation": "top_p", "temperature": float(t),
+           "top_p": float(p), "min_p": 0.0}
+          for t in SAMPLING["temperatures"] for p in SAMPLING["top_ps"]],
+        *[{"cell": f"T{float(t)}_minp{float(m)}", "truncation": "min_p", "temperature": float(t),
+           "top_p": 1.0, "min_p": float(m)}
+          for t in SAMPLING["min_p"]["temperatures"] for m in SAMPLING["min_p"]["values"]],
+    ]
+}
 # greedy is the baseline of the repetition table (temperature 0 = argmax)
 REPETITION_CELLS = {"greedy": {"cell": "greedy", "truncation": "none", "temperature": 0.0,
                                "top_p": 1.0, "min_p": 0.0}, **SAMPLING_CELLS}

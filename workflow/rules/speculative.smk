@@ -1,3 +1,106 @@
-# Experiment 3: speculative sampling. (to be filled in)
+# Experiment 3: speculative sampling. One job per group (draft, k), one target-only baseline
+# job for the wall clock, and a summary that compares measured yield with the formula.
 
-SPECULATIVE_OUTPUTS = []
+SPEC = config["speculative"]
+SPEC_DIR = "results/speculative"
+SPEC_GROUPS = [f"{draft}_k{k}" for draft in SPEC["drafts"] for k in SPEC["ks"]]
+
+if max(map(len, SPEC["prompts"])) + SPEC["new_tokens"] + max(SPEC["ks"]) > config["architecture"]["max_seq_len"]:
+    raise ValueError("config key speculative.new_tokens: the longest prompt + new_tokens + the largest k "
+                     f"exceeds architecture.max_seq_len {config['architecture']['max_seq_len']}")
+
+
+# The prompts, seeds and sampling settings shared by the groups and the baseline.
+SPEC_DECODE_PARAMS = {key: SPEC[key] for key in ("prompts", "seeds", "new_tokens", "temperature", "top_p",
+                                                   "timing_reps")}
+# Runtime request: about 1 s per 100 decoded tokens on a 2-core CPU, with a wide margin.
+SPEC_MINUTES = max(5, len(SPEC["prompts"]) * (len(SPEC["seeds"]) * SPEC["timing_reps"] + 2)
+                   * SPEC["new_tokens"] // 2000)
+
+
+rule speculative_group:
+    input:
+        target_weights=checkpoint(TARGET)["weights"],
+        target_meta=checkpoint(TARGET)["meta"],
+        draft_weights=lambda w: checkpoint(w.draft)["weights"],
+        draft_meta=lambda w: checkpoint(w.draft)["meta"],
+        vocab=CORPUS["vocab"],
+    output:
+        runs=f"{SPEC_DIR}/groups/{{draft}}_k{{k}}.parquet",
+        greedy=f"{SPEC_DIR}/groups/{{draft}}_k{{k}}_greedy.parquet",
+        forward=f"{SPEC_DIR}/groups/{{draft}}_k{{k}}_forward.parquet",
+    params:
+        target=TARGET,
+        target_dir=checkpoint_dir(TARGET),
+        draft=lambda w: w.draft,
+        draft_dir=lambda w: checkpoint_dir(w.draft),
+        k=lambda w: int(w.k),
+        forward_reps=SPEC["forward_reps"],
+        **SPEC_DECODE_PARAMS,
+    log:
+        "logs/speculative/group/{draft}_k{k}.log",
+    benchmark:
+        "results/benchmarks/speculative_group/{draft}_k{k}.tsv"
+    wildcard_constraints:
+        draft="|".join(SPEC["drafts"]),
+        k=r"\d+",
+    threads: workflow.cores
+    resources:
+        mem_mb=2000,
+        runtime=SPEC_MINUTES,
+    script:
+        "../../scripts/speculative_group.py"
+
+
+rule speculative_baseline:
+    input:
+        **checkpoint(TARGET),
+        vocab=CORPUS["vocab"],
+    output:
+        f"{SPEC_DIR}/baseline.parquet",
+    params:
+        target=TARGET,
+        target_dir=checkpoint_dir(TARGET),
+        **SPEC_DECODE_PARAMS,
+    log:
+        "logs/speculative/baseline.log",
+    benchmark:
+        "results/benchmarks/speculative_baseline.tsv"
+    threads: workflow.cores
+    resources:
+        mem_mb=2000,
+        runtime=SPEC_MINUTES,
+    script:
+        "../../scripts/speculative_baseline.py"
+
+
+rule speculative_summary:
+    input:
+        runs=expand(f"{SPEC_DIR}/groups/{{group}}.parquet", group=SPEC_GROUPS),
+        greedy=expand(f"{SPEC_DIR}/groups/{{group}}_greedy.parquet", group=SPEC_GROUPS),
+        forward=expand(f"{SPEC_DIR}/groups/{{group}}_forward.parquet", group=SPEC_GROUPS),
+        baseline=f"{SPEC_DIR}/baseline.parquet",
+        target_meta=checkpoint(TARGET)["meta"],
+        draft_metas=[checkpoint(draft)["meta"] for draft in SPEC["drafts"]],
+    output:
+        summary=report(f"{SPEC_DIR}/summary.parquet", caption="../report/speculative.rst",
+                       category="Speculative sampling"),
+        best=report(f"{SPEC_DIR}/best.parquet", caption="../report/speculative.rst",
+                    category="Speculative sampling"),
+        greedy=report(f"{SPEC_DIR}/greedy_identity.parquet", caption="../report/speculative.rst",
+                      category="Speculative sampling"),
+        runs=f"{SPEC_DIR}/runs.parquet",
+    params:
+        target=TARGET,
+        drafts=SPEC["drafts"],
+    log:
+        "logs/speculative/summary.log",
+    script:
+        "../../scripts/speculative_summary.py"
+
+
+SPECULATIVE_OUTPUTS = [
+    f"{SPEC_DIR}/summary.parquet",
+    f"{SPEC_DIR}/best.parquet",
+    f"{SPEC_DIR}/greedy_identity.parquet",
+]

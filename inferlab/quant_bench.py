@@ -1,0 +1,157 @@
+"""Experiment 4 as jobs: one scheme's quality (and speed where a kernel exists), the summary, the choice.
+
+A scheme job quantises the target, evaluates fp32 and quantised weights on the full validation
+split in the same process with the same code (evaluate_loss), and, where the scheme's integer
+layout has a low-bit kernel available on the device, times cached greedy decode of the kernel
+model against the fp32 model, interleaved rep by rep.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TextIO
+
+import pandas as pd
+import torch
+from torch import nn
+
+from inferlab import quant
+from inferlab.gptq import calibration_windows
+
+BASELINE = "fp32 weights of the same checkpoint, evaluated in the same job with the same code"
+QUALITY_ONLY = "quality only"
+
+
+def speed_status(scheme: quant.Scheme, device: str) -> tuple[str, bool]:
+    """What the speed columns mean for this scheme, and whether a measurement is made."""
+    if scheme.kernel is None:
+        return f"{QUALITY_ONLY}: no low-bit matmul kernel for this layout", False
+    kernel = quant.KERNELS[scheme.kernel]
+    if not kernel.available(device):
+        return f"{QUALITY_ONLY}: kernel {kernel.name} not available on {device}", False
+    return f"measured: {kernel.description}", True
+
+
+def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, train_ids: torch.Tensor,
+               seq_len: int, floor: float, prompt: torch.Tensor, new_tokens: int, reps: int,
+               gptq: dict | None = None, device: str = "cpu", batch_size: int = 16,
+               progress_file: TextIO | None = None) -> dict:
+    """One row: quality against fp32, storage, verdict against the noise floor, and speed if measurable.
+
+    gptq: {calibration_windows, damp, block_size, seed}; used only by methods that calibrate.
+    """
+    scheme = quant.get_scheme(scheme_name)
+    layers = quant.quantized_linears(reference)
+    shapes = [tuple(linear.weight.shape) for _, linear in layers]
+    quantised_params = sum(n * k for n, k in shapes)
+    options: dict = {}
+    n_calibration = 0
+    if scheme.method == "gptq":
+        gptq = gptq or {}
+        n_calibration = int(gptq.get("calibration_windows", 128))
+        options = {"calibration": calibration_windows(train_ids, n_calibration, seq_len, int(gptq.get("seed", 0))),
+                   "damp": float(gptq.get("damp", 0.01)), "block_size": int(gptq.get("block_size", 128)),
+                   "progress_file": progress_file}
+    start = time.perf_counter()
+    quantised, result = quant.quantize_model(reference, scheme_name, **options)
+    quantize_s = time.perf_counter() - start
+
+    quality = quant.evaluate_against_reference(reference, quantised, val_ids, seq_len, batch_size,
+                                               progress_file=progress_file)
+    status, measurable = speed_status(scheme, device)
+    speed = {"fp32_ms_per_token": math.nan, "ms_per_token": math.nan, "speedup_vs_fp32": math.nan,
+             "greedy_agreement_vs_fp32": math.nan, "kernel_max_rel_err": math.nan}
+    if measurable:
+        fast = quant.kernel_model(quantised, result, scheme_name)
+        measured = quant.measure_decode_speed(reference, fast, prompt, new_tokens, reps)
+        speed = {k: measured[k] for k in ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32",
+                                          "greedy_agreement_vs_fp32")}
+        speed["kernel_max_rel_err"] = quant.kernel_max_rel_error(quantised, fast)
+    delta = quality["delta_loss"]
+    return {
+        "scheme": scheme.name, "method": scheme.method, "bits": scheme.bits,
+        "granularity": scheme.granularity, "group_size": scheme.group_size or 0,
+        "symmetric": scheme.symmetric,
+        "quantized_layers": len(layers), "quantized_params": quantised_params,
+        "fp32_params": sum(p.numel() for p in reference.parameters()) - quantised_params,
+        "embedding": quant.EMBEDDING_NOTE,
+        "effective_bits_per_weight": quant.effective_bits_per_weight(scheme, shapes),
+        "scale_storage": "none" if scheme.granularity == "none" else f"{quant.SCALE_BITS}-bit float",
+        "zero_storage": "none" if scheme.symmetric else f"{scheme.bits}-bit integer",
+        "seq_len": seq_len, "eval_tokens": quality["eval_tokens"],
+        "loss": quality["loss"], "fp32_loss": quality["fp32_loss"], "delta_loss": delta,
+        "kl_mean_nats": quality["kl_mean_nats"], "top1_agreement": quality["top1_agreement"],
+        "noise_floor": floor, "within_noise": abs(delta) < floor, "below_floor": delta < floor,
+        "calibration_windows": n_calibration, "quantize_s": quantize_s,
+        "kernel": scheme.kernel or "none", "speed_status": status,
+        "speed_reps": reps if measurable else 0, "speed_new_tokens": new_tokens if measurable else 0,
+        **speed,
+    }
+
+
+# ------------------------------------------------------------------------------------------ choice
+
+
+def choice_key(row: dict) -> tuple:
+    """Sort key of the rule: nominal bits, then the simpler method, then fewer effective bits."""
+    return (row["bits"], quant.get_scheme(row["scheme"]).simplicity, row["effective_bits_per_weight"],
+            row["scheme"])
+
+
+CHOICE_RULE = ("fewest nominal bits among schemes whose validation-loss increase is below the noise "
+               "floor (delta_loss < floor; bf16 counts as 16 bits); ties go to the simpler method "
+               "(per-tensor < per-channel < group < GPTQ, symmetric < asymmetric), then to fewer "
+               "effective bits per weight")
+
+
+def _speed_sentence(summary: pd.DataFrame) -> str:
+    timed = summary[summary["speed_status"].str.startswith("measured")]
+    if timed.empty:
+        return f"speed: {QUALITY_ONLY} (no scheme had a low-bit kernel available)"
+    parts = [f"{r.scheme} {r.ms_per_token:.2f} vs fp32 {r.fp32_ms_per_token:.2f} ms/token "
+             f"({r.speedup_vs_fp32:.2f}x)" for r in timed.itertuples()]
+    return (f"decode speed measured for {len(timed)} of {len(summary)} schemes with a low-bit kernel "
+            f"({'; '.join(parts)}); the other {len(summary) - len(timed)} are {QUALITY_ONLY}")
+
+
+def choose_scheme(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row: the chosen scheme by CHOICE_RULE, the numbers behind it and a reason sentence."""
+    floor = float(summary["noise_floor"].iloc[0])
+    rows = summary.to_dict("records")
+    eligible = sorted((r for r in rows if r["delta_loss"] < floor), key=choice_key)
+    measured = (f"quality (loss, KL to fp32, top-1 agreement) on {int(summary['eval_tokens'].iloc[0]):,} "
+                f"validation tokens for all {len(summary)} schemes; " + _speed_sentence(summary))
+    base = {"rule": CHOICE_RULE, "noise_floor": floor, "n_schemes": len(rows), "n_below_floor": len(eligible),
+            "measured": measured}
+    if not eligible:
+        best = min(rows, key=lambda r: r["delta_loss"])
+        reason = (f"no scheme's loss increase is below the noise floor {floor:.4f}; the smallest is "
+                  f"{best['scheme']} at {best['delta_loss']:+.4f}, so the weights stay fp32")
+        return pd.DataFrame([{**base, "scheme": "none", "method": "none", "bits": 32,
+                              "effective_bits_per_weight": 32.0, "delta_loss": math.nan,
+                              "kl_mean_nats": math.nan, "top1_agreement": math.nan,
+                              "speed_status": "", "reason": reason}])
+    chosen = eligible[0]
+    fewer = [r for r in rows if r["bits"] < chosen["bits"]]
+    tied = [r["scheme"] for r in eligible[1:] if r["bits"] == chosen["bits"]]
+    reason = (f"{chosen['scheme']}: {chosen['bits']}-bit ({chosen['effective_bits_per_weight']:.3f} effective "
+              f"bits per weight with scales and zero points), delta loss {chosen['delta_loss']:+.4f} below the "
+              f"noise floor {floor:.4f} (KL {chosen['kl_mean_nats']:.4f} nats/token, top-1 agreement "
+              f"{chosen['top1_agreement']:.1%})")
+    if fewer:
+        best_fewer = min(fewer, key=lambda r: r["delta_loss"])
+        reason += (f"; none of the {len(fewer)} schemes with fewer bits is below the floor (best: "
+                   f"{best_fewer['scheme']} {best_fewer['delta_loss']:+.4f})")
+    if tied:
+        reason += f"; also below the floor at {chosen['bits']} bits but less simple: {', '.join(tied)}"
+    keep = ("scheme", "method", "bits", "effective_bits_per_weight", "delta_loss", "loss", "fp32_loss",
+            "kl_mean_nats", "top1_agreement", "speed_status", "ms_per_token", "fp32_ms_per_token",
+            "speedup_vs_fp32")
+    return pd.DataFrame([{**base, **{k: chosen[k] for k in keep}, "reason": reason}])
+
+
+def summary_table(rows: list[pd.DataFrame], order: list[str]) -> pd.DataFrame:
+    """The per-scheme rows in config order."""
+    table = pd.concat(rows, ignore_index=True)
+    return table.set_index("scheme").loc[order].reset_index()

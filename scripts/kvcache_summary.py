@@ -1,0 +1,26 @@
+"""Collect the per-length timings; summarise them and fit the no-cache step time as a + b·positions."""
+
+import pandas as pd
+
+from inferlab.checkpoint import model_stamp
+from inferlab.jobs import start_job
+from inferlab.kvbench import fit_table, summarize_timings
+from inferlab.model import GPTConfig
+from inferlab.tables import read_json, read_provenance, read_table, write_table
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+meta = read_json(smk.input.meta)
+timings = pd.concat([read_table(path) for path in smk.input.timings], ignore_index=True)
+steps = read_table(smk.input.steps)
+first = read_provenance(smk.input.timings[0])
+provenance = {"machine": first["machine"], "model": model_stamp(meta, smk.params.model_name),
+              "reps": first["reps"], "warmup": first["warmup"], "baseline": first["baseline"],
+              "prompt": first["prompt"],
+              "machines_per_length": {str(path): read_provenance(path)["machine"] for path in smk.input.timings}}
+summary = summarize_timings(timings)
+fit = fit_table(timings, steps, GPTConfig.from_dict(meta["model_config"]))
+write_table(timings, smk.output.timings, provenance=provenance)
+write_table(summary, smk.output.summary, provenance=provenance)
+write_table(fit, smk.output.fit, provenance={**provenance, "fit_reps": read_provenance(smk.input.steps)["reps"]})
+print(fit.to_string(), file=log)

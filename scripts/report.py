@@ -1,0 +1,26 @@
+"""The report rule: milestones, HTML/Markdown report, data exports and the sampling workbench."""
+
+from inferlab.jobs import start_job
+from inferlab.provenance import machine_stamp
+from inferlab.report.build import ReportPaths, inputs_from_paths, run_information, write_report
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+out = smk.output
+inputs = [*smk.input.experiments, *smk.input.metas, *smk.input.curves, smk.input.stats]
+metas = dict(zip(smk.params.models, smk.input.metas, strict=True))
+curves = dict(zip(smk.params.models, smk.input.curves, strict=True))
+data = inputs_from_paths(inputs, metas, curves, smk.input.seed_reference, smk.params.settings, smk.params.target)
+machine = machine_stamp("cpu")
+run = run_information(smk.params.config, smk.params.benchmark_dir, inputs, machine)
+paths = ReportPaths(
+    milestones=out.milestones,
+    html=out.html,
+    markdown=out.markdown,
+    inference_json=out.inference_json,
+    precomputed_json=out.precomputed_json,
+    workbench=out.workbench,
+    figures=dict(zip(smk.params.figure_stems, out.figures, strict=True)),
+)
+for m in write_report(data, paths, run, machine):
+    print(f"{m.id}: {m.status}: {m.verdict}", file=log)

@@ -1,0 +1,30 @@
+"""Roofline bounds for the anchor (from config/anchor-model.json) and for our model on this machine."""
+
+import pandas as pd
+
+from inferlab.checkpoint import model_stamp
+from inferlab.jobs import start_job
+from inferlab.model import GPTConfig
+from inferlab.provenance import format_machine
+from inferlab.roofline import anchor_roofline, best_rates, our_roofline
+from inferlab.tables import read_json, read_provenance, read_table, write_table
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+meta = read_json(smk.input.meta)
+probes = read_table(smk.input.probe)
+machine = read_provenance(smk.input.probe)["machine"]
+summary = read_table(smk.input.summary)
+longest = summary[(summary["mode"] == "cache") & (summary["length"] == summary["length"].max())].iloc[0]
+bandwidth, flops = best_rates(probes)
+ours = our_roofline(GPTConfig.from_dict(meta["model_config"]), meta["params"], 4, int(longest["prompt_tokens"]),
+                    int(longest["length"]), bandwidth, flops, float(longest["ms_per_token_median"]),
+                    smk.params.model_name, format_machine(machine), machine["device"])
+ours["measured_at_length"] = int(longest["length"])
+table = pd.concat([anchor_roofline(read_json(smk.input.anchor), smk.params.anchor_context_tokens), ours],
+                  ignore_index=True)
+write_table(table, smk.output[0], provenance={
+    "machine": machine, "model": model_stamp(meta, smk.params.model_name),
+    "reps": read_provenance(smk.input.summary)["reps"], "probe_reps": read_provenance(smk.input.probe)["reps"],
+    "baseline": "roofline lower bound max(bytes/bandwidth, FLOPs/peak)"})
+print(table.T.to_string(), file=log)

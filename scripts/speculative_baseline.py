@@ -1,0 +1,24 @@
+"""Experiment 3 baseline: plain target-only sampling of the same prompts and seeds, timed."""
+
+from inferlab.checkpoint import load_checkpoint, model_stamp
+from inferlab.corpus import load_vocabulary
+from inferlab.jobs import start_job
+from inferlab.provenance import machine_stamp
+from inferlab.speculative import SamplingSettings
+from inferlab.speculative_bench import encode_prompts, run_baseline
+from inferlab.tables import write_table
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads)
+p = smk.params
+vocab = load_vocabulary(smk.input.vocab)
+target, target_meta = load_checkpoint(p.target_dir, expected_vocab_sha256=vocab.sha256())
+settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
+table = run_baseline(target, encode_prompts(vocab, p.prompts), p.seeds, p.new_tokens, settings,
+                     p.timing_reps, progress_file=log)
+write_table(table, smk.output[0], provenance={
+    "machine": machine_stamp("cpu"), "model": model_stamp(target_meta, p.target), "settings": vars(settings),
+    "repeats": {"prompts": len(p.prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens,
+                "timing_reps": p.timing_reps},
+    "baseline": "this table is the baseline: one target forward per new token"})
+print(f"target-only: median {table['ms_per_token'].median():.3f} ms per token", file=log)

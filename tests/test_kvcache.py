@@ -1,0 +1,156 @@
+"""Experiment 1 (KV cache): equivalence of the two decoding modes, cache size, fit and FLOP arithmetic."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from inferlab import kvbench
+from inferlab.generate import generate
+from inferlab.model import GPT, GPTConfig, kv_bytes_per_token
+
+TINY = GPTConfig(vocab_size=61, d_model=32, n_layer=2, head_dim=16, max_seq_len=64)
+
+
+def tiny_model(config: GPTConfig = TINY, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(config).eval()
+    # Larger weights than the init so the logits are not nearly flat and argmax ties cannot hide bugs.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_cached_and_uncached_greedy_agree(batch):
+    model = tiny_model()
+    prompt = torch.randint(0, TINY.vocab_size, (batch, 5), generator=torch.Generator().manual_seed(1))
+    cached = generate(model, prompt, 30, use_cache=True, keep_logits=True)
+    uncached = generate(model, prompt, 30, use_cache=False, keep_logits=True)
+    assert torch.equal(cached.tokens, uncached.tokens)
+    assert len(cached.step_logits) == len(uncached.step_logits) == 30
+    worst = max((a - b).abs().max().item() for a, b in zip(cached.step_logits, uncached.step_logits, strict=True))
+    assert worst <= 1e-4
+    # The tokens are not degenerate (a constant output would make the comparison vacuous).
+    assert cached.new_tokens(5).unique().numel() > 3
+
+
+@pytest.mark.parametrize("config", [TINY, GPTConfig(vocab_size=40, d_model=64, n_layer=3, head_dim=32,
+                                                    max_seq_len=64)])
+def test_kv_bytes_measured_from_cache_match_formula(config):
+    model = tiny_model(config)
+    measured = kvbench.measure_kv_bytes_per_token(model, torch.tensor([[1, 2, 3]]), 10)
+    assert measured["filled_positions"] == measured["expected_positions"] == 3 + 10 - 1
+    assert measured["kv_bytes_per_token"] == measured["kv_bytes_per_token_theory"]
+    assert measured["kv_bytes_per_token"] == 2 * config.n_layer * config.d_model * 4
+    kvbench.check_kv_bytes(measured)
+    assert not model.has_cache
+
+
+def test_ref_baseline_cache_is_8192_bytes_per_token():
+    assert kv_bytes_per_token(GPTConfig()) == 8192
+
+
+def test_check_kv_bytes_rejects_mismatch():
+    with pytest.raises(AssertionError, match="bytes/token"):
+        kvbench.check_kv_bytes({"filled_positions": 4, "expected_positions": 4,
+                                "kv_bytes_per_token": 4096.0, "kv_bytes_per_token_theory": 8192})
+    with pytest.raises(AssertionError, match="positions"):
+        kvbench.check_kv_bytes({"filled_positions": 3, "expected_positions": 4,
+                                "kv_bytes_per_token": 8192.0, "kv_bytes_per_token_theory": 8192})
+
+
+def test_time_generation_rows_alternate_and_compare_outputs():
+    model = tiny_model()
+    table = kvbench.time_generation(model, torch.tensor([[1, 2, 3, 4]]), 6, reps=3, warmup=1, device="cpu")
+    assert len(table) == 6
+    assert list(table["mode"]) == ["cache", "no_cache", "no_cache", "cache", "cache", "no_cache"]
+    assert table["same_output"].all()
+    assert (table["kv_bytes_per_token"] == 2 * TINY.n_layer * TINY.d_model * 4).all()
+    assert np.allclose(table["ms_per_token"], table["total_ms"] / 6)
+    assert set(table.columns) >= {"device", "threads", "length", "mode", "rep", "total_ms", "ms_per_token",
+                                  "same_output", "kv_bytes_per_token"}
+
+
+def test_time_steps_covers_positions_and_modes():
+    model = tiny_model()
+    sequence = generate(model, torch.tensor([[1, 2, 3]]), 20).tokens
+    positions = kvbench.step_positions(3, 20, 4)
+    assert positions == [3, 9, 16, 22]
+    steps = kvbench.time_steps(model, sequence, positions, reps=2, warmup=1, device="cpu")
+    assert len(steps) == 2 * 2 * 4
+    assert set(steps["mode"]) == {"cache", "no_cache"} and (steps["step_ms"] > 0).all()
+    assert not model.has_cache
+
+
+def test_fit_recovers_a_and_b_from_synthetic_step_times():
+    rng = np.random.default_rng(0)
+    positions = np.repeat(np.arange(5, 261, 16), 5)
+    times = 4.0 + 0.03 * positions + rng.normal(0, 0.05, positions.size)
+    a, b, r2 = kvbench.fit_line(positions, times)
+    assert a == pytest.approx(4.0, abs=0.05)
+    assert b == pytest.approx(0.03, rel=0.02)
+    assert r2 > 0.99
+
+
+def test_fit_from_totals_recovers_a_and_b():
+    prompt_len, lengths = 5, [32, 64, 128, 256]
+    totals = [kvbench.predicted_no_cache_ms(2.5, 0.01, prompt_len, n) for n in lengths]
+    # by hand for n=32: 32·2.5 + 0.01·(5 + ... + 36)
+    assert totals[0] == pytest.approx(32 * 2.5 + 0.01 * sum(range(5, 37)))
+    a, b, r2 = kvbench.fit_totals(lengths, totals, prompt_len)
+    assert (a, b) == pytest.approx((2.5, 0.01))
+    assert r2 == pytest.approx(1.0)
+
+
+def test_fit_table_predicts_ratio_from_fit():
+    a, b, cache_step, prompt_len = 3.0, 0.02, 2.0, 5
+    rows = []
+    for length in (32, 64):
+        for rep in range(3):
+            for mode, total in (("cache", cache_step * length),
+                                ("no_cache", kvbench.predicted_no_cache_ms(a, b, prompt_len, length))):
+                rows.append({"device": "cpu", "threads": 1, "prompt_tokens": prompt_len, "length": length,
+                             "rep": rep, "mode": mode, "total_ms": total * (1 + 0.01 * rep),
+                             "ms_per_token": total / length, "same_output": True, "kv_bytes_per_token": 8192.0})
+    timings = pd.DataFrame(rows)
+    positions = np.arange(5, 70, 8)
+    steps = pd.DataFrame([{"mode": m, "positions": p, "rep": 0, "step_ms": (a + b * p) if m == "no_cache"
+                           else cache_step} for m in ("cache", "no_cache") for p in positions])
+    fit = kvbench.fit_table(timings, steps, GPTConfig())
+    assert fit["a_ms"].iloc[0] == pytest.approx(a) and fit["b_ms_per_position"].iloc[0] == pytest.approx(b)
+    assert np.allclose(fit["predicted_ratio"], fit["measured_ratio"], rtol=0.02)
+    assert (fit["flop_estimate_ratio"] > fit["measured_ratio"]).all()
+    summary = kvbench.summarize_timings(timings)
+    assert len(summary) == 4 and summary["same_output_all"].all()
+    row = summary[(summary["length"] == 64) & (summary["mode"] == "cache")].iloc[0]
+    assert row["total_ms_min"] == pytest.approx(128.0) and row["total_ms_max"] == pytest.approx(128.0 * 1.02)
+
+
+def test_flop_counts():
+    config = GPTConfig()
+    # Matmul weights plus RMSNorm weights are every parameter of ref_baseline.
+    assert kvbench.matmul_params(config) + (2 * config.n_layer + 1) * config.d_model == 3_688_704
+    # A causal forward over T tokens costs what T single cached steps cost.
+    assert kvbench.forward_flops(config, 20) == pytest.approx(
+        sum(kvbench.forward_flops(config, 1, t) for t in range(20)))
+    ratios = [kvbench.flop_estimate_ratio(config, 5, n) for n in (32, 64, 128, 256)]
+    assert all(r2 > r1 > 1 for r1, r2 in zip(ratios, ratios[1:], strict=False))
+    # Without attention the ratio is Σ(P+j) / (P + n - 1) positions' worth of dense FLOPs.
+    dense_only = sum(5 + j for j in range(256)) / (5 + 255)
+    assert ratios[-1] == pytest.approx(dense_only, rel=0.15)
+
+
+def test_profile_splits_step_into_operator_and_other_time():
+    model = tiny_model()
+    sequence = generate(model, torch.tensor([[1, 2, 3]]), 12).tokens
+    table = kvbench.profile_cached_step(model, sequence, 10, steps=2, device="cpu", top=5)
+    assert len(table) == 5 and table["profiled_steps"].iloc[0] == 2
+    share = table["op_share"].iloc[0]
+    assert 0 < share <= 1 and table["outside_share"].iloc[0] == pytest.approx(1 - share)
+    assert table["op_ms"].iloc[0] <= table["wall_ms"].iloc[0]
+    assert "aten::linear" in set(table["op"])
+    assert table["top_level_ops_per_step"].iloc[0] > 10
+    assert not model.has_cache

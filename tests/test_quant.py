@@ -1,0 +1,269 @@
+"""Quantisation schemes: grids, storage arithmetic, the scheme table, quality on tiny models, kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from inferlab import quant, quant_bench
+from inferlab.model import GPT, GPTConfig
+from inferlab.train import TrainConfig, train_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def markov_ids(n: int, vocab: int = 48, seed: int = 0) -> torch.Tensor:
+    """A sparse first-order Markov chain: learnable in a few dozen steps, so quantisation has an effect."""
+    g = torch.Generator().manual_seed(seed)
+    successors = torch.randint(0, vocab, (vocab, 3), generator=g)
+    picks = torch.multinomial(torch.tensor([0.6, 0.3, 0.1]), n, replacement=True, generator=g)
+    ids = [0]
+    for c in picks.tolist():
+        ids.append(int(successors[ids[-1], c]))
+    return torch.tensor(ids)
+
+
+def train_tiny_model() -> tuple[GPT, torch.Tensor, torch.Tensor]:
+    """(model, train ids, val ids): a 2-layer d=64 GPT trained for 60 steps on a Markov chain (~2 s)."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    ids = markov_ids(23_000)
+    train, val = ids[:20_000], ids[20_000:]
+    cfg = GPTConfig(vocab_size=48, d_model=64, n_layer=2, head_dim=32, max_seq_len=64)
+    tc = TrainConfig(steps=60, batch_size=16, seq_len=32, lr=3e-3, warmup_steps=5, eval_every=1000,
+                     eval_windows=2, precision="fp32", seed=0)
+    model, _, summary = train_model(cfg, tc, train, val)
+    assert summary["val_loss"] < 1.5  # it learned the chain (uniform would be ln 48 = 3.87)
+    return model.eval(), train, val
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return train_tiny_model()
+
+
+def tiny_random_model() -> GPT:
+    return GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=2, head_dim=32, max_seq_len=64)).eval()
+
+
+# ------------------------------------------------------------------------------ scheme table
+
+def test_every_config_scheme_is_in_the_table():
+    for path in ("config/config.yaml", "config/quick.yaml"):
+        names = yaml.safe_load((REPO / path).read_text(encoding="utf-8"))["quantization"]["schemes"]
+        missing = [n for n in names if n not in quant.SCHEMES]
+        assert not missing, f"{path}: {missing}"
+    full = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))["quantization"]["schemes"]
+    assert len(full) == 22 and set(full) == set(quant.SCHEMES)
+
+
+def test_unknown_scheme_names_the_known_ones():
+    with pytest.raises(ValueError, match="int4_gptq"):
+        quant.get_scheme("int5_magic")
+
+
+def test_table_parameters_follow_the_names():
+    s = quant.SCHEMES["int4_g32_sym"]
+    assert (s.method, s.bits, s.granularity, s.group_size, s.symmetric) == ("rtn", 4, "group", 32, True)
+    g = quant.SCHEMES["int3_gptq"]
+    assert (g.method, g.bits, g.granularity, g.symmetric) == ("gptq", 3, "channel", False)
+    assert quant.SCHEMES["bf16"].bits == 16
+    # kernels: int8 needs one scale per row, int4 takes groups, int3 has none
+    assert quant.SCHEMES["int8_per_channel_asym"].kernel == "int8_weight_only"
+    assert quant.SCHEMES["int8_g64_sym"].kernel is None
+    assert quant.SCHEMES["int4_g32_sym"].kernel == "int4_groupwise"
+    assert quant.SCHEMES["int4_gptq"].kernel == "int4_groupwise"
+    assert all(quant.SCHEMES[f"int3_{x}"].kernel is None for x in ("per_tensor_sym", "g32_sym", "gptq"))
+
+
+def test_simplicity_order_for_ties():
+    order = ["int4_per_tensor_sym", "int4_per_channel_sym", "int4_per_channel_asym", "int4_g128_sym", "int4_gptq"]
+    ranks = [quant.SCHEMES[n].simplicity for n in order]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+
+
+# ------------------------------------------------------------------------------ grids
+
+@pytest.mark.parametrize("bits", [8, 4, 3])
+@pytest.mark.parametrize("granularity,group", [("tensor", None), ("channel", None), ("group", 32), ("group", 64)])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_round_trip_error_at_most_half_a_step(bits, granularity, group, symmetric):
+    w = torch.randn(24, 128) * torch.linspace(0.1, 3.0, 24)[:, None]
+    qw = quant.rtn_quantize(w, bits, granularity, symmetric, group)
+    assert qw.codes.min() >= 0 and qw.codes.max() <= 2 ** bits - 1
+    step = qw.scale.repeat_interleave(qw.group_size, dim=1)  # (N, K) the scale each element used
+    err = (qw.dequantize() - w).abs()
+    assert torch.all(err <= step / 2 + 1e-6 * w.abs()), (err / step).max()  # + float rounding
+    # a finer grid or more bits must actually be used: no element is off by more than it should be,
+    # and the error is not trivially zero either
+    assert err.max() > 0
+
+
+def test_per_tensor_uses_one_scale_and_groups_use_many():
+    w = torch.randn(8, 64)
+    assert quant.rtn_quantize(w, 4, "tensor", True).scale.unique().numel() == 1
+    assert quant.rtn_quantize(w, 4, "channel", True).scale.shape == (8, 1)
+    assert quant.rtn_quantize(w, 4, "group", True, 16).scale.shape == (8, 4)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 3])
+def test_asymmetric_never_worse_than_symmetric_on_skewed_weights(bits):
+    w = torch.rand(32, 128) ** 2 * 2.0 - 0.1  # mostly positive, long right tail
+    sym = quant.rtn_quantize(w, bits, "channel", True)
+    asym = quant.rtn_quantize(w, bits, "channel", False)
+    mse_sym = (sym.dequantize() - w).pow(2).mean()
+    mse_asym = (asym.dequantize() - w).pow(2).mean()
+    assert mse_asym < mse_sym
+
+
+def test_more_bits_and_finer_groups_reduce_error():
+    w = torch.randn(64, 256)
+
+    def mse(bits, gran, group=None):
+        return (quant.rtn_quantize(w, bits, gran, True, group).dequantize() - w).pow(2).mean()
+
+    assert mse(8, "channel") < mse(4, "channel") < mse(3, "channel")
+    assert mse(4, "group", 32) < mse(4, "channel") < mse(4, "tensor")
+
+
+def test_zero_row_stays_zero():
+    w = torch.randn(4, 64)
+    w[1] = 0
+    for sym in (True, False):
+        assert torch.all(quant.rtn_quantize(w, 3, "channel", sym).dequantize()[1] == 0)
+
+
+# ------------------------------------------------------------------------------ effective bits
+
+def test_effective_bits_arithmetic():
+    s = quant.SCHEMES
+    n, k = 256, 1024
+    assert quant.effective_bits_per_weight(s["int4_g32_sym"], [(n, k)]) == pytest.approx(4 + 16 / 32)
+    assert quant.effective_bits_per_weight(s["int4_g128_sym"], [(n, k)]) == pytest.approx(4 + 16 / 128)
+    assert quant.effective_bits_per_weight(s["int8_per_channel_sym"], [(n, k)]) == pytest.approx(8 + 16 / k)
+    # asymmetric: a 16-bit scale plus a b-bit zero point per row
+    assert quant.effective_bits_per_weight(s["int3_per_channel_asym"], [(n, k)]) == pytest.approx(3 + 19 / k)
+    assert quant.effective_bits_per_weight(s["int4_gptq"], [(n, k)]) == pytest.approx(4 + 20 / k)
+    assert quant.effective_bits_per_weight(s["int8_per_tensor_sym"], [(n, k)]) == pytest.approx(8 + 16 / (n * k))
+    assert quant.effective_bits_per_weight(s["bf16"], [(n, k)]) == 16
+    # several layers: total bits over total weights, not a mean of per-layer figures
+    layers = [(768, 256), (256, 1024)]
+    expected = (768 * 256 * 4 + 768 * 16 + 256 * 1024 * 4 + 256 * 16) / (768 * 256 + 256 * 1024)
+    assert quant.effective_bits_per_weight(s["int4_per_channel_sym"], layers) == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------------ whole models
+
+def test_scope_is_the_block_linears_and_embedding_stays_fp32():
+    model = tiny_random_model()
+    quantised, result = quant.quantize_model(model, "int3_per_tensor_sym")
+    names = [n for n, _ in quant.quantized_linears(model)]
+    assert names == [f"blocks.{i}.{x}" for i in range(2) for x in ("attn.qkv", "attn.proj", "mlp.up", "mlp.down")]
+    assert set(result) == set(names)
+    assert torch.equal(quantised.tok_emb.weight, model.tok_emb.weight)
+    for name, linear in quant.quantized_linears(quantised):
+        assert torch.equal(linear.weight, result[name].dequantize())
+        assert not torch.equal(linear.weight, model.get_submodule(name).weight)
+
+
+def test_quantize_model_does_not_modify_its_input():
+    model = tiny_random_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    quant.quantize_model(model, "int3_per_channel_asym")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_bf16_scheme_changes_loss_by_less_than_1e_3(trained):
+    model, _, val = trained
+    quantised, _ = quant.quantize_model(model, "bf16")
+    r = quant.evaluate_against_reference(model, quantised, val, 32)
+    assert abs(r["delta_loss"]) < 1e-3
+    assert r["top1_agreement"] > 0.99
+    # and it really did round: weights are bf16-representable and differ from fp32
+    w = quantised.blocks[0].mlp.up.weight
+    assert torch.equal(w, w.bfloat16().float()) and not torch.equal(w, model.blocks[0].mlp.up.weight)
+
+
+@pytest.mark.parametrize("layout", ["per_channel_sym", "per_tensor_sym"])
+def test_loss_orders_int8_int4_int3_on_a_trained_model(trained, layout):
+    model, _, val = trained
+    loss = {b: quant.evaluate_against_reference(model, quant.quantize_model(model, f"int{b}_{layout}")[0],
+                                                val, 32)["loss"] for b in (8, 4, 3)}
+    assert loss[8] <= loss[4] <= loss[3], loss
+
+
+def test_reference_against_itself_is_exact(trained):
+    model, _, val = trained
+    r = quant.evaluate_against_reference(model, model, val, 32, batch_size=7)
+    assert r["delta_loss"] == 0 and r["kl_mean_nats"] == pytest.approx(0, abs=1e-7)
+    assert r["top1_agreement"] == 1.0 and r["eval_tokens"] == len(val) - 1
+
+
+def test_kl_grows_as_bits_shrink(trained):
+    model, _, val = trained
+    kl = [quant.evaluate_against_reference(model, quant.quantize_model(model, f"int{b}_per_tensor_sym")[0],
+                                           val, 32)["kl_mean_nats"] for b in (8, 4, 3)]
+    assert 0 < kl[0] < kl[1] < kl[2]
+
+
+def test_choice_key_prefers_fewer_bits_then_simpler_method():
+    rows = [
+        {"scheme": "int4_gptq", "bits": 4, "effective_bits_per_weight": 4.02},
+        {"scheme": "int4_g32_sym", "bits": 4, "effective_bits_per_weight": 4.5},
+        {"scheme": "int4_per_channel_sym", "bits": 4, "effective_bits_per_weight": 4.01},
+        {"scheme": "int8_per_tensor_sym", "bits": 8, "effective_bits_per_weight": 8.0},
+        {"scheme": "int4_g128_sym", "bits": 4, "effective_bits_per_weight": 4.125},
+    ]
+    ordered = [r["scheme"] for r in sorted(rows, key=quant_bench.choice_key)]
+    assert ordered == ["int4_per_channel_sym", "int4_g128_sym", "int4_g32_sym", "int4_gptq", "int8_per_tensor_sym"]
+
+
+# ------------------------------------------------------------------------------ kernels
+
+KERNEL_SCHEMES = [n for n, s in quant.SCHEMES.items() if s.kernel is not None]
+
+
+@pytest.mark.parametrize("name", KERNEL_SCHEMES)
+def test_kernel_wrappers_match_the_dequantised_matmul(name):
+    scheme = quant.SCHEMES[name]
+    if not quant.KERNELS[scheme.kernel].available("cpu"):
+        pytest.skip(f"{scheme.kernel} not available in this torch build")
+    torch.manual_seed(1)
+    # d=128: K = 128 and 512, so the int4 kernel sees both its group sizes and its per-channel path
+    model = GPT(GPTConfig(vocab_size=32, d_model=128, n_layer=1, head_dim=64, max_seq_len=32)).eval()
+    options = {"calibration": torch.randint(0, 32, (4, 16))} if scheme.method == "gptq" else {}
+    quantised, result = quant.quantize_model(model, name, **options)
+    # fp32 activations: the kernel must reproduce (q - z) * s exactly up to fp32 rounding
+    exact = quant.kernel_model(quantised, result, name, compute_dtype=torch.float32)
+    assert quant.kernel_max_rel_error(quantised, exact) < 1e-5
+    # bf16 activations (the fast path): bf16 rounding only
+    fast = quant.kernel_model(quantised, result, name)
+    assert quant.kernel_max_rel_error(quantised, fast) < 2e-2
+    ids = torch.randint(0, 32, (2, 12))
+    ref_logits, fast_logits = quantised(ids), fast(ids)
+    assert (fast_logits - ref_logits).abs().max() < 0.05 * ref_logits.abs().max()
+
+
+def test_kernel_model_keeps_the_input_model_and_rejects_kernelless_schemes():
+    model = tiny_random_model()
+    quantised, result = quant.quantize_model(model, "int8_per_channel_sym")
+    fast = quant.kernel_model(quantised, result, "int8_per_channel_sym")
+    assert isinstance(fast.blocks[0].attn.qkv, quant.Int8WeightOnlyLinear)
+    assert isinstance(quantised.blocks[0].attn.qkv, torch.nn.Linear)
+    q3, r3 = quant.quantize_model(model, "int3_g32_sym")
+    with pytest.raises(ValueError, match="no low-bit kernel"):
+        quant.kernel_model(q3, r3, "int3_g32_sym")
+
+
+def test_decode_speed_measurement_reports_medians_and_agreement():
+    model = tiny_random_model()
+    quantised, result = quant.quantize_model(model, "int8_per_channel_sym")
+    fast = quant.kernel_model(quantised, result, "int8_per_channel_sym")
+    out = quant.measure_decode_speed(model, fast, torch.tensor([[1, 2, 3]]), new_tokens=5, reps=3)
+    assert len(out["ms_per_token_reps"]) == 3 and out["ms_per_token"] > 0 and out["fp32_ms_per_token"] > 0
+    assert out["speedup_vs_fp32"] == pytest.approx(out["fp32_ms_per_token"] / out["ms_per_token"])
+    assert 0.0 <= out["greedy_agreement_vs_fp32"] <= 1.0
+    print(f"\ntiny int8 decode: {out['ms_per_token']:.2f} ms/token vs fp32 {out['fp32_ms_per_token']:.2f}")

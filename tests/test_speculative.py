@@ -1,0 +1,319 @@
+"""Speculative sampling: the accept/reject rule reproduces the target, caches stay consistent."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from inferlab.generate import generate
+from inferlab.model import GPT, GPTConfig
+from inferlab.sampling import logits_to_probs
+from inferlab.speculative import (
+    SamplingSettings,
+    autoregressive_decode,
+    forward_ms,
+    overlap,
+    residual_probs,
+    speculative_decode,
+    verify_greedy,
+    verify_sampled,
+)
+from inferlab.speculative_bench import (
+    best_groups,
+    expected_tokens_per_round,
+    summarise,
+    theoretical_speedup,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_gpt(d_model: int, seed: int, vocab: int = 16, scale: float = 3.0, n_layer: int = 1,
+             block_scale: float = 1.0) -> GPT:
+    """A random GPT with its embedding (and optionally its block weights) scaled up, so that its
+    next-token distributions are peaked: at init they are almost uniform, which would make
+    every test trivially pass. With a large embedding alone the model mostly copies the last
+    token; scaling the blocks makes its greedy continuations varied."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=vocab, d_model=d_model, n_layer=n_layer, head_dim=16, max_seq_len=96)).eval()
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(scale)
+        for name, param in model.named_parameters():
+            if name.startswith("blocks") and param.dim() == 2:
+                param.mul_(block_scale)
+    return model
+
+
+def perturbed(model: GPT, sigma: float, seed: int) -> GPT:
+    """A draft that agrees with the target often but not always: its weights plus noise."""
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(torch.randn(param.shape, generator=gen) * param.std() * sigma)
+    return draft
+
+
+def similar_pair() -> tuple[GPT, GPT]:
+    target = tiny_gpt(32, 0, scale=1.0, n_layer=2, block_scale=3.0)
+    return target, perturbed(target, 0.1, 1)
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
+    """Pearson's statistic with cells of expected count < 5 merged; impossible cells must be empty."""
+    n = counts.sum()
+    expected = probs * n
+    assert counts[probs == 0].sum() == 0, "a token the target never produces was emitted"
+    small = (expected < 5) & (probs > 0)
+    obs = torch.cat([counts[expected >= 5], counts[small].sum().view(1)])
+    exp = torch.cat([expected[expected >= 5], expected[small].sum().view(1)])
+    keep = exp > 0
+    obs, exp = obs[keep].double(), exp[keep].double()
+    return float(((obs - exp) ** 2 / exp).sum()), int(keep.sum()) - 1
+
+
+def chi_square_limit(df: int) -> float:
+    # about p = 1e-6 for these df: mean df, sd sqrt(2 df)
+    return df + 7 * math.sqrt(2 * df)
+
+
+# --------------------------------------------------------------------------- the accept rule
+
+def toy_pair(vocab: int = 6, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    p = torch.rand(vocab, generator=gen) ** 3
+    q = torch.rand(vocab, generator=gen) ** 3
+    return p / p.sum(), q / q.sum()
+
+
+def test_residual_is_normalised_positive_part():
+    p, q = toy_pair()
+    r = residual_probs(p, q)
+    assert torch.isclose(r.sum(), torch.tensor(1.0))
+    assert torch.all(r[q >= p] == 0)
+    assert torch.allclose(r * (1 - overlap(p, q)), torch.clamp(p - q, min=0), atol=1e-6)
+    # no residual mass (only rounding can reject here): fall back to the target's p
+    assert torch.equal(residual_probs(p, p + 1e-7), p)
+
+
+def test_first_token_follows_target_and_accept_rate_is_overlap():
+    p, q = toy_pair()
+    bonus = torch.full_like(p, 1 / p.numel())
+    gen = torch.Generator().manual_seed(0)
+    n = 20000
+    counts = torch.zeros_like(p)
+    draft_counts = torch.zeros_like(p)
+    accepts = 0
+    for _ in range(n):
+        x = torch.multinomial(q, 1, generator=gen)
+        m, nxt = verify_sampled(torch.stack([p, bonus]), q.view(1, -1), x, gen)
+        first = int(x) if m == 1 else nxt
+        counts[first] += 1
+        draft_counts[int(x)] += 1
+        accepts += m
+    stat, df = chi_square(counts, p)
+    assert stat < chi_square_limit(df), stat
+    # the test has power: the draft's own samples fail it
+    assert chi_square(draft_counts, p)[0] > 10 * chi_square_limit(df)
+    a = float(overlap(p, q))
+    assert abs(accepts / n - a) < 5 * math.sqrt(a * (1 - a) / n)
+
+
+def test_rounds_of_k3_emit_iid_target_tokens():
+    """Context-free p and q: every emitted token must be an independent draw from p, whatever
+    path produced it (accepted draft, residual after a rejection, bonus)."""
+    p, q = toy_pair(vocab=5, seed=7)
+    k = 3
+    gen = torch.Generator().manual_seed(1)
+    pairs = torch.zeros(p.numel() ** 2)
+    for _ in range(8000):
+        stream: list[int] = []
+        while len(stream) < 2:
+            drafts = torch.multinomial(q, k, replacement=True, generator=gen)
+            m, nxt = verify_sampled(p.expand(k + 1, -1), q.expand(k, -1), drafts, gen)
+            stream += [*drafts[:m].tolist(), nxt]
+        pairs[stream[0] * p.numel() + stream[1]] += 1
+    stat, df = chi_square(pairs, torch.outer(p, p).flatten())
+    assert stat < chi_square_limit(df), stat
+
+
+def test_verify_greedy_accepts_the_matching_prefix():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 1.0], [0.0, 0.0, 9.0], [1.0, 0.0, 0.0]])  # argmax 1,0,2,0
+    assert verify_greedy(logits, torch.tensor([1, 0, 2])) == (3, 0)  # all accepted, bonus = argmax
+    assert verify_greedy(logits, torch.tensor([1, 2, 2])) == (1, 0)  # mismatch at 1: take argmax 0
+    assert verify_greedy(logits, torch.tensor([0, 0, 2])) == (0, 1)
+
+
+# --------------------------------------------------------------------------- the decode loop
+
+def test_draft_identical_to_target_accepts_everything():
+    target = tiny_gpt(32, 0)
+    draft = copy.deepcopy(target)
+    for k in (1, 3, 4):
+        result = speculative_decode(target, draft, [1, 2, 3], 40, k, SamplingSettings(),
+                                    torch.Generator().manual_seed(k))
+        s = result.stats
+        assert s.accepted == s.proposed == s.drafted == k * s.rounds
+        assert s.accepted_per_round == [k] * s.rounds
+        assert s.generated / s.target_forwards == k + 1
+        assert s.overlap_sum == pytest.approx(s.proposed, rel=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_greedy_identity_with_a_different_draft(k):
+    target, draft = similar_pair()
+    accepted = proposed = 0
+    for prompt in ([4], [1, 2, 3], [7, 7, 0, 5, 9]):
+        reference = generate(target, torch.tensor([prompt]), 40).new_tokens(len(prompt))[0].tolist()
+        result = speculative_decode(target, draft, prompt, 40, k, SamplingSettings(greedy=True))
+        assert result.new_tokens(len(prompt)) == reference
+        accepted += result.stats.accepted
+        proposed += result.stats.proposed
+    assert 0 < accepted < proposed  # both acceptances and rejections were exercised
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_cached_logits_after_rollback_equal_a_fresh_forward(greedy):
+    """Every round's logits from the caches equal an uncached forward of the true context,
+    for target and draft, after rejections as well as after fully accepted rounds."""
+    target, draft = similar_pair()
+    prompt, k = [3, 1, 4], 3
+    trace: list[dict] = []
+    result = speculative_decode(target, draft, prompt, 48, k, SamplingSettings(temperature=1.3, greedy=greedy),
+                                torch.Generator().manual_seed(5), trace=trace)
+    seq = result.tokens[0].tolist()
+    outcomes = {entry["accepted"] for entry in trace}
+    assert min(outcomes) < k, "no rejection happened"
+    assert k in outcomes, "no fully accepted round happened"
+    with torch.no_grad():
+        for entry in trace:
+            n, drafts = entry["n"], entry["drafts"]
+            context = torch.tensor([seq[:n] + drafts])
+            fresh_target = target(context)[0, n - 1:]  # (k+1, V)
+            fresh_draft = draft(context)[0, n - 1:n - 1 + k]  # row i: after draft token i
+            torch.testing.assert_close(entry["target_logits"], fresh_target, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(entry["draft_logits"], fresh_draft, atol=1e-4, rtol=1e-4)
+
+
+def test_counters_are_consistent_and_rounds_yield_1_to_k_plus_1():
+    target, draft = tiny_gpt(32, 0), tiny_gpt(16, 1)
+    for k in (1, 2, 4):
+        result = speculative_decode(target, draft, [2, 5], 37, k, SamplingSettings(),
+                                    torch.Generator().manual_seed(11))
+        s = result.stats
+        assert result.tokens.shape == (1, 2 + 37)
+        assert all(0 <= m <= k for m in s.accepted_per_round)  # 1..k+1 tokens per round
+        assert s.rounds == s.target_forwards == len(s.accepted_per_round)
+        assert s.draft_forwards == s.drafted == k * s.rounds
+        assert s.accepted == sum(s.accepted_per_round)
+        assert s.generated == s.accepted + s.rounds
+        assert s.proposed == sum(min(m + 1, k) for m in s.accepted_per_round)
+        assert 37 <= s.generated <= 37 + k
+        assert 0 < s.overlap_sum <= s.proposed
+
+
+def test_same_seed_same_output():
+    target, draft = tiny_gpt(32, 0), tiny_gpt(16, 1)
+    runs = [speculative_decode(target, draft, [1, 2], 30, 3, SamplingSettings(), torch.Generator().manual_seed(9))
+            for _ in range(2)]
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    other = speculative_decode(target, draft, [1, 2], 30, 3, SamplingSettings(), torch.Generator().manual_seed(10))
+    assert not torch.equal(runs[0].tokens, other.tokens)
+
+
+def test_two_token_joint_distribution_matches_the_target():
+    """End to end on a GPT pair with V=4 and top-p truncation: the joint of the first two new
+    tokens from speculative decoding matches the target's exact joint. k=1 makes the second
+    token come from the bonus row after an accept, or from a second round after a rejection."""
+    target, draft = tiny_gpt(32, 0, vocab=4), tiny_gpt(16, 1, vocab=4)
+    settings = SamplingSettings(temperature=1.0, top_p=0.9)
+    prompt = [2]  # one token: no prefill forward, the first round starts at position 0
+    with torch.no_grad():
+        first = logits_to_probs(target(torch.tensor([prompt]))[0, -1], top_p=0.9)  # (V,)
+        contexts = torch.tensor([[*prompt, a] for a in range(4)])
+        second = logits_to_probs(target(contexts)[:, -1], top_p=0.9)  # (V, V)
+    joint = (first[:, None] * second).flatten()
+    gen = torch.Generator().manual_seed(2)
+    counts = torch.zeros(16)
+    for _ in range(2000):
+        a, b = speculative_decode(target, draft, prompt, 2, 1, settings, gen).new_tokens(1)
+        counts[a * 4 + b] += 1
+    stat, df = chi_square(counts, joint)
+    assert stat < chi_square_limit(df), (stat, df)
+
+
+def test_baseline_decoder_matches_generate_under_greedy():
+    target = tiny_gpt(32, 0)
+    tokens = autoregressive_decode(target, [1, 2, 3], 25, SamplingSettings(greedy=True))
+    reference = generate(target, torch.tensor([[1, 2, 3]]), 25).tokens
+    assert torch.equal(tokens, reference)
+
+
+def test_forward_ms_returns_one_time_per_rep():
+    times = forward_ms(tiny_gpt(16, 0), context=10, n_tokens=3, reps=4, warmup=1)
+    assert len(times) == 4 and all(t > 0 for t in times)
+
+
+# --------------------------------------------------------------------------- summary arithmetic
+
+def test_formula_and_speedup():
+    assert expected_tokens_per_round(0.0, 4) == 1.0
+    assert expected_tokens_per_round(1.0, 4) == 5.0
+    assert expected_tokens_per_round(0.5, 1) == pytest.approx(1.5)
+    assert expected_tokens_per_round(0.8, 3) == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+    assert theoretical_speedup(3.0, 4, 0.5) == pytest.approx(1.0)
+
+
+def test_summarise_counts_alpha_and_pairs_reruns():
+    runs = pd.DataFrame([
+        {"draft": "d", "k": 2, "seed": s, "rep": r, "new_tokens": 10, "rounds": 5, "target_forwards": 5,
+         "draft_forwards": 10, "drafted": 10, "proposed": 8, "accepted": 6, "generated": 11,
+         "overlap_sum": 5.6, "wall_ms": 10.0 * (r + 1), "prompt_index": 0, "new_token_ids": [s, 1, 2]}
+        for s in (0, 1) for r in (0, 1)])
+    forward = pd.DataFrame([
+        {"draft": "d", "k": 2, "role": role, "tokens_per_forward": n, "forward_ms": ms}
+        for role, n, ms in (("target", 1, 2.0), ("draft", 1, 0.5), ("target", 3, 3.0))])
+    baseline = pd.DataFrame([{"seed": s, "rep": r, "wall_ms": 30.0} for s in (0, 1) for r in (0, 1)])
+    row = summarise(runs, forward, baseline, {"d": 25, "t": 100}, "t").iloc[0]
+    assert row["alpha"] == pytest.approx(12 / 16)
+    assert row["overlap_mean"] == pytest.approx(11.2 / 16)
+    assert row["tokens_per_target_forward"] == pytest.approx(22 / 10)
+    assert row["formula_tokens_per_target_forward"] == pytest.approx(1 + 0.75 + 0.75 ** 2)
+    assert row["c_params"] == pytest.approx(0.25) and row["c_time"] == pytest.approx(0.25)
+    assert row["speedup_theory_params"] == pytest.approx((1 + 0.75 + 0.5625) / 1.5)
+    assert row["speedup_forward_model"] == pytest.approx((1 + 0.75 + 0.5625) * 2.0 / (2 * 0.5 + 3.0))
+    # rerun 0: 60/20 = 3, rerun 1: 60/40 = 1.5
+    assert (row["wall_speedup_min"], row["wall_speedup_max"]) == (1.5, 3.0)
+    assert row["wall_speedup"] == pytest.approx(2.25)
+    assert row["reruns_identical"]
+
+
+def test_best_groups_puts_the_choice_first():
+    base = {"alpha": 0.7, "tokens_per_target_forward": 2.0, "formula_tokens_per_target_forward": 2.0,
+            "c_params": 0.1, "c_time": 0.3, "wall_speedup_min": 1.0, "wall_speedup_max": 1.2,
+            "speedup_forward_model": 1.0}
+    summary = pd.DataFrame([
+        {**base, "draft": "small", "k": 3, "speedup_theory_params": 1.9, "speedup_theory_time": 1.2,
+         "wall_speedup": 1.1},
+        {**base, "draft": "big", "k": 8, "tokens_per_target_forward": 4.0, "speedup_theory_params": 1.1,
+         "speedup_theory_time": 0.8, "wall_speedup": 1.3}])
+    best = best_groups(summary).set_index("criterion")
+    assert best.index[0] == "chosen"
+    assert (best.loc["chosen", "draft"], best.loc["chosen", "k"]) == ("small", 3)
+    assert best.loc["tokens_per_target_forward", "draft"] == "big"
+    assert best.loc["wall_speedup", "draft"] == "big"
+    assert best.loc["speedup_theory_params", "runner_up_draft"] == "big"
+    assert "small k=3" in best.loc["chosen", "reason"]
+    assert "no group beats target-only" not in best.loc["chosen", "reason"]
+    slow = best_groups(summary.assign(wall_speedup=[0.8, 0.9])).iloc[0]["reason"]
+    assert "no group beats target-only sampling on the wall clock (best median 0.90x)" in slow
