@@ -74,7 +74,7 @@ def gptq_quantize_weight(weight: torch.Tensor, hessian: torch.Tensor, bits: int,
     codes = torch.zeros(n, k, dtype=torch.int32)
     scales = torch.zeros(n, k // group)
     zeros = torch.zeros(n, k // group)
-    if group == k:  # per-channel: one grid from the whole (unmodified) row, as in the reference
+    if group == k:  # per-channel: one grid per row, found before any error feedback (as in the reference)
         scale, zero = grid_params(W, bits, symmetric)  # (N, 1)
 
     for b0 in range(0, k, block_size):

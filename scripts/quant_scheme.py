@@ -1,4 +1,4 @@
-"""Quantise the target with one scheme; quality against fp32 on the full validation split (+ speed if a kernel exists)."""
+"""One quantization scheme: quality against fp32 on the full validation split, plus speed if a kernel exists."""
 
 from pathlib import Path
 

@@ -1,5 +1,7 @@
 """Experiment 3 baseline: plain target-only sampling of the same prompts and seeds, timed."""
 
+from pathlib import Path
+
 from inferlab.checkpoint import load_checkpoint, model_stamp
 from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job
@@ -12,7 +14,7 @@ smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads)
 p = smk.params
 vocab = load_vocabulary(smk.input.vocab)
-target, target_meta = load_checkpoint(p.target_dir, expected_vocab_sha256=vocab.sha256())
+target, target_meta = load_checkpoint(Path(smk.input.meta).parent, expected_vocab_sha256=vocab.sha256())
 settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
 table = run_baseline(target, encode_prompts(vocab, p.prompts), p.seeds, p.new_tokens, settings,
                      p.timing_reps, progress_file=log)

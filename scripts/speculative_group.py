@@ -1,5 +1,7 @@
 """Experiment 3, one group (draft, k): speculative sampling runs, greedy identity, forward times."""
 
+from pathlib import Path
+
 from inferlab.checkpoint import load_checkpoint, model_stamp
 from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job
@@ -12,8 +14,8 @@ smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads)
 p = smk.params
 vocab = load_vocabulary(smk.input.vocab)
-target, target_meta = load_checkpoint(p.target_dir, expected_vocab_sha256=vocab.sha256())
-draft, draft_meta = load_checkpoint(p.draft_dir, expected_vocab_sha256=vocab.sha256())
+target, target_meta = load_checkpoint(Path(smk.input.target_meta).parent, expected_vocab_sha256=vocab.sha256())
+draft, draft_meta = load_checkpoint(Path(smk.input.draft_meta).parent, expected_vocab_sha256=vocab.sha256())
 prompts = encode_prompts(vocab, p.prompts)
 settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
 

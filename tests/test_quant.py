@@ -267,3 +267,60 @@ def test_decode_speed_measurement_reports_medians_and_agreement():
     assert out["speedup_vs_fp32"] == pytest.approx(out["fp32_ms_per_token"] / out["ms_per_token"])
     assert 0.0 <= out["greedy_agreement_vs_fp32"] <= 1.0
     print(f"\ntiny int8 decode: {out['ms_per_token']:.2f} ms/token vs fp32 {out['fp32_ms_per_token']:.2f}")
+
+
+# ------------------------------------------------------------------------------ jobs and the choice
+
+def test_run_scheme_row_has_verdict_storage_and_speed_columns(trained):
+    model, train, val = trained
+    prompt = torch.tensor([[1, 2, 3]])
+    rtn = quant_bench.run_scheme(model, "int4_per_channel_sym", val, train, 32, floor=0.02, prompt=prompt,
+                                 new_tokens=4, reps=2)
+    assert rtn["quantized_layers"] == 8 and rtn["quantized_params"] == 2 * 12 * 64 * 64
+    assert rtn["fp32_params"] == model.num_params() - rtn["quantized_params"]
+    assert rtn["delta_loss"] == pytest.approx(rtn["loss"] - rtn["fp32_loss"])
+    assert rtn["within_noise"] == (abs(rtn["delta_loss"]) < 0.02)
+    rows_per_block = 3 * 64 + 64 + 4 * 64 + 64  # one fp16 scale per output row: qkv, proj, up, down
+    assert rtn["effective_bits_per_weight"] == pytest.approx(4 + 16 * rows_per_block / (12 * 64 * 64))
+    if quant.KERNELS["int4_groupwise"].available("cpu"):
+        assert rtn["speed_status"].startswith("measured") and rtn["ms_per_token"] > 0
+        assert rtn["kernel_max_rel_err"] < 2e-2
+    gptq_row = quant_bench.run_scheme(model, "int3_gptq", val, train, 32, floor=0.02, prompt=prompt, new_tokens=4,
+                                      reps=1, gptq={"calibration_windows": 4, "damp": 0.01, "block_size": 128,
+                                                    "seed": 0})
+    assert gptq_row["calibration_windows"] == 4
+    assert gptq_row["speed_status"].startswith("quality only") and gptq_row["speed_reps"] == 0
+    assert gptq_row["ms_per_token"] != gptq_row["ms_per_token"]  # NaN: nothing was timed
+
+
+def _row(scheme, delta, floor=0.02):
+    s = quant.SCHEMES[scheme]
+    return {"scheme": scheme, "method": s.method, "bits": s.bits,
+            "effective_bits_per_weight": quant.effective_bits_per_weight(s, [(256, 256)]),
+            "delta_loss": delta, "loss": 5.0 + delta, "fp32_loss": 5.0, "kl_mean_nats": abs(delta) / 2,
+            "top1_agreement": 0.99, "noise_floor": floor, "eval_tokens": 1000, "speed_reps": 0,
+            "speed_status": "quality only: test", "ms_per_token": float("nan"),
+            "fp32_ms_per_token": float("nan"), "speedup_vs_fp32": float("nan")}
+
+
+def test_choice_takes_fewest_bits_below_floor_and_explains_it():
+    import pandas as pd
+
+    summary = pd.DataFrame([_row("int8_per_channel_sym", 0.001), _row("int4_per_tensor_sym", 0.031),
+                            _row("int4_per_channel_sym", 0.012), _row("int4_gptq", 0.008),
+                            _row("int3_gptq", 0.025), _row("int3_g32_sym", 0.040), _row("bf16", 0.0)])
+    choice = quant_bench.choose_scheme(summary).iloc[0]
+    assert choice["scheme"] == "int4_per_channel_sym"  # int4_gptq is better but less simple: tie at 4 bits
+    assert choice["n_below_floor"] == 4
+    assert "+0.0120" in choice["reason"] and "0.0200" in choice["reason"]
+    assert "int3_gptq +0.0250" in choice["reason"] and "int4_gptq" in choice["reason"]
+    assert "quality only" in choice["measured"]
+
+
+def test_choice_when_nothing_is_below_the_floor():
+    import pandas as pd
+
+    summary = pd.DataFrame([_row("int4_per_tensor_sym", 0.05), _row("int3_gptq", 0.03)])
+    choice = quant_bench.choose_scheme(summary).iloc[0]
+    assert choice["scheme"] == "none" and choice["n_below_floor"] == 0
+    assert "int3_gptq at +0.0300" in choice["reason"]

@@ -12,7 +12,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 # Job scripts import the inferlab package from this checkout, whether or not it is
 # pip-installed (e.g. inside the conda env of `--sdm conda`).
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [workflow.basedir, os.environ.get("PYTHONPATH")]))
+os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.getenv("PYTHONPATH")])))
 CONDA_ENV = "../envs/inferlab.yaml"
 
 
@@ -62,6 +62,24 @@ def checkpoint(name):
 
 def checkpoint_dir(name):
     return f"results/models/{name}"
+
+
+# The configured corpus_path is only ever an *input*. No rule outputs it, because
+# Snakemake deletes a job's outputs before rerunning it, and the user's (or CI's
+# read-only shared) copy must never be at risk. A download goes to its own file.
+DOWNLOADED_CORPUS = "data/download/pg23950.txt"
+
+
+def corpus_source():
+    """The configured file when it exists, else the download rule's output."""
+    return config["corpus_path"] if Path(config["corpus_path"]).is_file() else DOWNLOADED_CORPUS
+
+
+def training_minutes(name):
+    """Rough runtime request for cluster executors: ~10 min for the default target."""
+    steps = train_config(name)["steps"]
+    width = config["models"][name]["d_model"] / 256
+    return max(5, int(steps / 500 * 15 * max(width, 0.25)))
 
 
 _check_config()

@@ -1,15 +1,5 @@
-# The corpus: download if missing, normalise, split, and build the vocabulary.
-#
-# The configured corpus_path is only ever an *input*. No rule outputs it, because
-# Snakemake deletes a job's outputs before rerunning it, and the user's (or CI's
-# read-only shared) copy must never be at risk. A download goes to its own file.
-
-DOWNLOADED_CORPUS = "data/download/pg23950.txt"
-
-
-def corpus_source():
-    """The configured file when it exists, else the download rule's output."""
-    return config["corpus_path"] if Path(config["corpus_path"]).is_file() else DOWNLOADED_CORPUS
+# The corpus: download if missing (see corpus_source in common.smk), normalise, split,
+# and build the vocabulary.
 
 
 rule download_corpus:
@@ -20,6 +10,8 @@ rule download_corpus:
         configured_path=config["corpus_path"],
     log:
         "logs/corpus/download.log",
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/download_corpus.py"
 
@@ -36,5 +28,7 @@ rule prepare_corpus:
         "logs/corpus/prepare.log",
     benchmark:
         "results/benchmarks/prepare_corpus.tsv"
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/prepare_corpus.py"

@@ -40,6 +40,8 @@ rule kvcache_timing:
         mem_mb=2000,
         # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
         runtime=lambda w: 2 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6),
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/kvcache_timing.py"
 
@@ -68,6 +70,8 @@ rule kvcache_steps:
     resources:
         mem_mb=2000,
         runtime=5,
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/kvcache_steps.py"
 
@@ -87,6 +91,8 @@ rule kvcache_summary:
         "logs/kvcache_summary.log",
     benchmark:
         "results/benchmarks/kvcache_summary.tsv"
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/kvcache_summary.py"
 
@@ -109,6 +115,8 @@ rule roofline_probe:
     resources:
         mem_mb=lambda w: int(3 * ROOFLINE["probe_mb"]) + 1000,
         runtime=5,
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/roofline_probe.py"
 
@@ -128,6 +136,8 @@ rule roofline:
         "logs/roofline.log",
     benchmark:
         "results/benchmarks/roofline.tsv"
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/roofline.py"
 

@@ -47,6 +47,8 @@ rule report:
     resources:
         mem_mb=2000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/report.py"
 

@@ -39,6 +39,8 @@ rule sampling_distribution:
         "logs/sampling/distribution.log",
     benchmark:
         "results/benchmarks/sampling/distribution.tsv"
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/sampling_distribution.py"
 
@@ -68,6 +70,8 @@ rule sampling_cell:
     resources:
         mem_mb=2000,
         runtime=10,
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/sampling_cell.py"
 
@@ -84,6 +88,8 @@ rule sampling_repetition:
         example_texts=SAMPLING["repetition"]["example_texts"],
     log:
         "logs/sampling/repetition.log",
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/sampling_repetition.py"
 
@@ -98,6 +104,8 @@ rule sampling_default:
         max_in_corpus_drop=SAMPLING["default_rule"]["max_in_corpus_drop"],
     log:
         "logs/sampling/default.log",
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/sampling_default.py"
 

@@ -31,9 +31,7 @@ rule speculative_group:
         forward=f"{SPEC_DIR}/groups/{{draft}}_k{{k}}_forward.parquet",
     params:
         target=TARGET,
-        target_dir=checkpoint_dir(TARGET),
         draft=lambda w: w.draft,
-        draft_dir=lambda w: checkpoint_dir(w.draft),
         k=lambda w: int(w.k),
         forward_reps=SPEC["forward_reps"],
         **SPEC_DECODE_PARAMS,
@@ -48,6 +46,8 @@ rule speculative_group:
     resources:
         mem_mb=2000,
         runtime=SPEC_MINUTES,
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/speculative_group.py"
 
@@ -60,7 +60,6 @@ rule speculative_baseline:
         f"{SPEC_DIR}/baseline.parquet",
     params:
         target=TARGET,
-        target_dir=checkpoint_dir(TARGET),
         **SPEC_DECODE_PARAMS,
     log:
         "logs/speculative/baseline.log",
@@ -70,6 +69,8 @@ rule speculative_baseline:
     resources:
         mem_mb=2000,
         runtime=SPEC_MINUTES,
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/speculative_baseline.py"
 
@@ -95,6 +96,8 @@ rule speculative_summary:
         drafts=SPEC["drafts"],
     log:
         "logs/speculative/summary.log",
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/speculative_summary.py"
 

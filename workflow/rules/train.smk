@@ -1,11 +1,6 @@
 # Training: the three models, the noise-floor reruns of the target, and the floor itself.
 
 
-def _training_minutes(name):
-    """Rough runtime request for cluster executors: ~10 min for the default target."""
-    steps = train_config(name)["steps"]
-    width = config["models"][name]["d_model"] / 256
-    return max(5, int(steps / 500 * 15 * max(width, 0.25)))
 
 
 rule train_model:
@@ -30,7 +25,9 @@ rule train_model:
     threads: workflow.cores
     resources:
         mem_mb=4000,
-        runtime=lambda w: _training_minutes(w.model),
+        runtime=lambda w: training_minutes(w.model),
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/train.py"
 
@@ -57,7 +54,9 @@ rule train_noise_rerun:
     threads: workflow.cores
     resources:
         mem_mb=4000,
-        runtime=lambda w: _training_minutes(TARGET),
+        runtime=lambda w: training_minutes(TARGET),
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/train.py"
 
@@ -77,6 +76,8 @@ rule noise_floor:
         fixed_value=config["noise_floor"]["fixed_value"],
     log:
         "logs/noise_floor.log",
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/noise_floor.py"
 
