@@ -181,7 +181,8 @@ def wide_summary(summary: pd.DataFrame) -> pd.DataFrame:
 def rule_text(max_in_corpus_drop: float) -> str:
     return (f"default = the sampling cell (greedy excluded: a sampling default must sample) with the "
             f"lowest mean seq-rep-4 among cells whose mean in-corpus 4-gram share is >= greedy's "
-            f"minus {max_in_corpus_drop:g}; ties -> higher in-corpus share. The rule picks the best "
+            f"minus {max_in_corpus_drop:g}; cells whose mean seq-rep-4 lies inside the lowest cell's "
+            f"95% CI count as tied, and the tie goes to the higher in-corpus share. The rule picks the best "
             f"top-p cell and the best min-p cell separately; min-p replaces top-p only if its best "
             f"cell has lower seq-rep-4, an in-corpus share >= the top-p cell's, and a seq-rep-4 gap "
             f"beyond noise (its 95% CI high below the top-p cell's CI low). If no cell meets the "
@@ -189,7 +190,12 @@ def rule_text(max_in_corpus_drop: float) -> str:
 
 
 def _best(cells: pd.DataFrame, floor: float) -> tuple[str | None, bool]:
-    """Lowest seq-rep-4 among cells at or above the share floor (ties: higher share, then order)."""
+    """Lowest seq-rep-4 among cells at or above the share floor.
+
+    Many sampled cells sit near zero repetition, so a bare minimum would be decided by noise:
+    cells whose mean lies inside the lowest cell's bootstrap CI are tied, and the tie goes to
+    the higher in-corpus share (then config order).
+    """
     if cells.empty:
         return None, False
     eligible = cells[cells["in_corpus_4gram_share"] >= floor]
@@ -197,7 +203,9 @@ def _best(cells: pd.DataFrame, floor: float) -> tuple[str | None, bool]:
         return str(cells["in_corpus_4gram_share"].idxmax()), False
     ranked = eligible.assign(_order=range(len(eligible))).sort_values(
         ["seq_rep_4", "in_corpus_4gram_share", "_order"], ascending=[True, False, True], kind="stable")
-    return str(ranked.index[0]), True
+    tied = ranked[ranked["seq_rep_4"] <= ranked["seq_rep_4_ci_high"].iloc[0]]
+    best = tied.sort_values(["in_corpus_4gram_share", "_order"], ascending=[False, True], kind="stable")
+    return str(best.index[0]), True
 
 
 def choose_default(summary: pd.DataFrame, distribution: pd.DataFrame,

@@ -140,6 +140,18 @@ def test_default_is_lowest_repetition_within_the_share_floor():
     assert "0.1" in record["rule"]
 
 
+def test_repetition_within_the_lowest_cells_ci_is_a_tie_won_by_the_higher_share():
+    cells = {
+        "greedy": ("none", [0.5] * 4, [0.60] * 4),
+        "noisy_low": ("top_p", [0.0, 0.04, 0.0, 0.04], [0.52] * 4),  # lowest mean, CI reaches 0.04
+        "close": ("top_p", [0.03] * 4, [0.57] * 4),                  # inside that CI, higher share: wins
+        "clearly_worse": ("top_p", [0.20] * 4, [0.59] * 4),          # outside the CI: not tied
+    }
+    assert _choose(cells)["cell"] == "close"
+    cells["close"] = ("top_p", [0.05] * 4, [0.57] * 4)               # now outside the CI
+    assert _choose(cells)["cell"] == "noisy_low"
+
+
 def test_min_p_switch_needs_lower_repetition_equal_share_and_a_gap_beyond_noise():
     base = {"greedy": ("none", [0.5] * 4, [0.60] * 4), "warm": ("top_p", [0.20, 0.22, 0.18, 0.20], [0.55] * 4)}
     dominates = _choose({**base, "minp": ("min_p", [0.05, 0.06, 0.04, 0.05], [0.56] * 4)})
