@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from inferlab.noise import noise_floor_table
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import FAIL, MISSING, PASS, check_m1, check_m2, check_m3, check_m4
@@ -248,38 +249,9 @@ def quant_tables(best_delta: float = 0.004) -> dict[str, pd.DataFrame]:
             ("bf16", 16, "bf16", 0.0001, 16.0, "measured"),
         )
     ]
-    nf = pd.DataFrame(
-        [
-            {
-                "run": "ref_baseline",
-                "seed": 1,
-                "val_loss": 4.70,
-                "n_runs": 2,
-                "std": 0.005,
-                "range": 0.007,
-                "sigmas": 3,
-                "floor_measured": 0.015,
-                "floor_fixed": 0.02,
-                "floor_source": "measured",
-                "floor": 0.015,
-                "seed_page_floor": 0.02,
-            },
-            {
-                "run": "ref_baseline_seed101",
-                "seed": 101,
-                "val_loss": 4.707,
-                "n_runs": 2,
-                "std": 0.005,
-                "range": 0.007,
-                "sigmas": 3,
-                "floor_measured": 0.015,
-                "floor_fixed": 0.02,
-                "floor_source": "measured",
-                "floor": 0.015,
-                "seed_page_floor": 0.02,
-            },
-        ]
-    )
+    runs = [{"name": "ref_baseline", "seed": 1, "val_loss": 4.700},
+            {"name": "ref_baseline_seed101", "seed": 101, "val_loss": 4.707}]
+    nf = noise_floor_table(runs, sigmas=3, use="fixed", fixed_value=0.015)
     return {"quant_summary": pd.DataFrame(rows), "noise_floor": nf}
 
 
