@@ -479,3 +479,15 @@ def test_benchmarks_and_rebuilt_vs_reused(tmp_path):
     status = classify_outputs([str(old), str(new), str(tmp_path / "gone")], start=2000.0).set_index("path")["status"]
     assert status[str(old)] == "reused" and status[str(new)] == "rebuilt" and status[str(tmp_path / "gone")] == "absent"
     assert config_hash({"a": 1, "b": 2}) == config_hash({"b": 2, "a": 1}) != config_hash({"a": 2, "b": 2})
+
+
+def test_seed_reference_numbers_sit_only_on_their_own_cell(tmp_path):
+    their_cell = {"cell": "T1_p0.9", "truncation": "top_p", "temperature": 1.0, "top_p": 0.9, "min_p": 0.0}
+    data = full_data()
+    data.tables["sp_distribution"] = pd.DataFrame(distribution_rows(LOGITS, [*CELLS, their_cell]))
+    paths = _paths(tmp_path)
+    write_report(data, paths, {"config_sha256": "x", "git_commit": "abc", "git_dirty": False}, MACHINE)
+    rows = [line for line in Path(paths.markdown).read_text(encoding="utf-8").splitlines()
+            if line.startswith("| T") and "| top_p |" in line]
+    with_seed_kept = [line for line in rows if "| 352 |" in line]
+    assert [line.split("|")[1].strip() for line in with_seed_kept] == ["T1_p0.9"], rows

@@ -385,7 +385,8 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
                 [
                     "subject",
                     "model",
-                    "machine",
+                    "device",
+                    "context_tokens",
                     "params",
                     "bytes_per_token",
                     "kv_bytes_per_token",
@@ -398,7 +399,7 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
                     "measured_over_bound",
                 ],
             ),
-            "Roofline: the anchor (spec-sheet upper bound, not run) and our model on this machine",
+            "Roofline: the anchor (spec-sheet upper bound, not run) and our model on this machine (stamp below)",
         )
     doc.add("figure", "kvcache_ratio", F.FIGURES["kvcache_ratio"])
     doc.add("h3", "Verdict")
@@ -420,15 +421,13 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
     else:
         dist = data.table("sp_distribution").copy()
         dist["ln(kept) bound, nats"] = [math.log(k) if k > 0 else float("nan") for k in dist["kept"]]
-        dist["entropy, seed page (theirs)"] = [
-            ref.get("entropy")
-            if (abs(t - ref.get("temperature", -1)) < 1e-9 and abs(p - ref.get("top_p", -1)) < 1e-9 and mp == 0)
-            else None
+        # Their one published cell (T and top-p of the seed page); every other row stays empty.
+        is_their_cell = [
+            abs(t - ref.get("temperature", -1)) < 1e-9 and abs(p - ref.get("top_p", -1)) < 1e-9 and mp == 0
             for t, p, mp in zip(dist["temperature"], dist["top_p"], dist["min_p"], strict=True)
         ]
-        dist["kept, seed page (theirs)"] = [
-            ref.get("kept") if e is not None else None for e in dist["entropy, seed page (theirs)"]
-        ]
+        dist["entropy, seed page (theirs)"] = [ref.get("entropy") if hit else None for hit in is_their_cell]
+        dist["kept, seed page (theirs)"] = [ref.get("kept") if hit else None for hit in is_their_cell]
         doc.add("h3", "Measured")
         doc.add(
             "table",
