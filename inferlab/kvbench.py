@@ -54,14 +54,6 @@ def timed_ms(fn: Callable[[], object], device: str) -> tuple[object, float]:
     return out, (time.perf_counter() - start) * 1e3
 
 
-def encode_prompt(vocab, text: str, device: str) -> tuple[torch.Tensor, int]:
-    """Prompt string -> (1, P) ids on device, plus how many characters became <unk>."""
-    ids = vocab.encode(text)
-    if not ids:
-        raise ValueError("the prompt is empty")
-    return torch.tensor([ids], dtype=torch.long, device=device), vocab.unk_count(text)
-
-
 def _mode_order(rep: int) -> tuple[str, str]:
     # ABBA: even reps run the cache first, odd reps the recomputation first, so slow drift
     # (thermal, a neighbour's load) and any first-run advantage fall on both modes.

@@ -3,14 +3,12 @@ with a bootstrap CI, and choose the default setting by the rule written in confi
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
-from inferlab.corpus import Vocabulary
+from inferlab.corpus import Vocabulary, encode_prompt
 from inferlab.generate import generate, greedy
 from inferlab.model import GPT
 from inferlab.sampling import counting, make_generators, make_sampler, sample_seed
@@ -71,14 +69,6 @@ def sample_metrics(ids: Sequence[int], index: np.ndarray, base: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 # One cell: prompts x samples x new tokens.
 # ---------------------------------------------------------------------------------------------
-
-
-def encode_prompt(vocab: Vocabulary, prompt: str) -> tuple[torch.Tensor, int]:
-    """Prompt ids (1, T), characters outside the vocabulary mapped to <unk>, and their count."""
-    unk = vocab.unk_count(prompt)
-    if unk:
-        logging.warning("prompt %r: %d character(s) outside the vocabulary mapped to <unk>", prompt, unk)
-    return torch.tensor([vocab.encode(prompt)], dtype=torch.long), unk
 
 
 def generate_cell(model: GPT, vocab: Vocabulary, cell: dict, prompts: Sequence[str], samples: int,

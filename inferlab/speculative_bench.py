@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from inferlab.corpus import Vocabulary
+from inferlab.corpus import Vocabulary, encode_prompt
 from inferlab.generate import generate
 from inferlab.model import GPT
 from inferlab.speculative import (
@@ -29,8 +29,9 @@ from inferlab.speculative import (
 
 def encode_prompts(vocab: Vocabulary, prompts: list[str]) -> list[dict]:
     """Prompt ids plus the <unk> count (characters outside the vocabulary map to <unk>)."""
-    return [{"prompt_index": i, "prompt": text, "ids": vocab.encode(text), "prompt_unk": vocab.unk_count(text)}
-            for i, text in enumerate(prompts)]
+    encoded = [encode_prompt(vocab, text) for text in prompts]
+    return [{"prompt_index": i, "prompt": text, "ids": ids[0].tolist(), "prompt_unk": unk}
+            for i, (text, (ids, unk)) in enumerate(zip(prompts, encoded, strict=True))]
 
 
 def _bar(total: int, desc: str, progress_file: TextIO | None) -> tqdm:

@@ -3,10 +3,10 @@
 from pathlib import Path
 
 from inferlab.checkpoint import load_checkpoint, model_stamp
-from inferlab.corpus import load_vocabulary
+from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.generate import generate
 from inferlab.jobs import start_job
-from inferlab.kvbench import encode_prompt, profile_cached_step, step_positions, time_steps
+from inferlab.kvbench import profile_cached_step, step_positions, time_steps
 from inferlab.provenance import machine_stamp, resolve_device
 from inferlab.tables import write_table
 

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from inferlab.checkpoint import load_checkpoint, model_stamp
-from inferlab.corpus import load_vocabulary
+from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.jobs import start_job
-from inferlab.kvbench import encode_prompt, time_generation
+from inferlab.kvbench import time_generation
 from inferlab.provenance import machine_stamp, resolve_device
 from inferlab.tables import write_table
 

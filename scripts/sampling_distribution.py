@@ -6,11 +6,10 @@ from pathlib import Path
 import pandas as pd
 
 from inferlab.checkpoint import load_checkpoint, model_stamp
-from inferlab.corpus import load_vocabulary
+from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.generate import prefill
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
-from inferlab.repetition import encode_prompt
 from inferlab.sampling import distribution_rows, logits_export
 from inferlab.tables import read_json, write_json, write_table
 

@@ -80,3 +80,13 @@ def test_prepare_stats_and_round_trip(tmp_path):
 def test_prepare_rejects_too_small_vocabulary_source():
     with pytest.raises(ValueError, match="distinct characters"):
         prepare(synthetic_corpus(alphabet_size=20).encode(), 0.1, 5000)
+
+
+def test_prompt_encoding_maps_unknown_characters_to_unk_and_counts_them():
+    from inferlab.corpus import encode_prompt
+
+    vocab = Vocabulary.from_text("aaabbc", 3)
+    ids, unk = encode_prompt(vocab, "abzc")
+    assert ids.tolist() == [[1, 2, 0, 0]] and unk == 2
+    with pytest.raises(ValueError, match="empty"):
+        encode_prompt(vocab, "")
