@@ -18,7 +18,6 @@ prefill over P positions and pass j >= 1 runs one token at position P + j - 1.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import TextIO
 
@@ -30,28 +29,13 @@ from tqdm import tqdm
 
 from inferlab.generate import decode_one_token, generate, prefill, recompute_last
 from inferlab.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.timing import synchronize, timed_ms
 
 MODES = ("cache", "no_cache")
 STEP_LABEL = "inferlab::cached_decode_step"
 
 
 # ---------------------------------------------------------------------------- timing
-
-
-def synchronize(device: str) -> None:
-    """Waits for queued device work, so a wall-clock interval covers the kernels it launched."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-    elif device == "mps":
-        torch.mps.synchronize()
-
-
-def timed_ms(fn: Callable[[], object], device: str) -> tuple[object, float]:
-    synchronize(device)
-    start = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return out, (time.perf_counter() - start) * 1e3
 
 
 def _mode_order(rep: int) -> tuple[str, str]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TextIO
@@ -34,6 +33,7 @@ from tqdm import tqdm
 
 from inferlab.evaluation import evaluate_loss, windows
 from inferlab.generate import generate
+from inferlab.timing import timed_ms
 
 SCALE_BITS = 16  # one 16-bit float per scale
 EMBEDDING_NOTE = "tok_emb (tied with the output head) kept in fp32, not quantised"
@@ -413,9 +413,8 @@ def kernel_model(quantised: nn.Module, result: QuantResult, scheme_name: str,
 
 def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> tuple[float, torch.Tensor]:
     """Wall ms per generated token of one cached greedy generate() call, and its tokens."""
-    start = time.perf_counter()
-    out = generate(model, prompt, new_tokens, use_cache=True)
-    return (time.perf_counter() - start) * 1000.0 / new_tokens, out.tokens
+    out, elapsed_ms = timed_ms(lambda: generate(model, prompt, new_tokens, use_cache=True))
+    return elapsed_ms / new_tokens, out.tokens
 
 
 def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Tensor,

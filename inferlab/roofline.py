@@ -17,8 +17,9 @@ import statistics
 import pandas as pd
 import torch
 
-from inferlab.kvbench import generation_flops, timed_ms
+from inferlab.kvbench import generation_flops
 from inferlab.model import GPTConfig, kv_bytes_per_token
+from inferlab.timing import timed_ms
 
 ANCHOR_ARCH_FIELDS = ("n_layer", "d_model", "n_head", "n_kv_head", "head_dim", "ffn_hidden", "ffn_kind",
                       "vocab_size", "tied_embeddings")

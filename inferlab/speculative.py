@@ -21,13 +21,13 @@ whatever the caller's input_pos says, see inferlab.model.KVCache):
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from inferlab.model import GPT
 from inferlab.sampling import logits_to_probs
+from inferlab.timing import timed_ms
 
 
 @dataclass(frozen=True)
@@ -268,9 +268,7 @@ def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int =
         step_pos = torch.arange(context, context + n_tokens)
         times = []
         for i in range(warmup + reps):
-            start = time.perf_counter()
-            model(step_ids, step_pos)
-            elapsed = (time.perf_counter() - start) * 1e3
+            _, elapsed = timed_ms(lambda: model(step_ids, step_pos))
             if i >= warmup:
                 times.append(elapsed)
         return times

@@ -9,7 +9,7 @@ speedup E / (k c + 1) with two choices of c, and the measured wall-clock speedup
 from __future__ import annotations
 
 import statistics
-import time
+from functools import partial
 from typing import TextIO
 
 import pandas as pd
@@ -25,6 +25,7 @@ from inferlab.speculative import (
     forward_ms,
     speculative_decode,
 )
+from inferlab.timing import timed_ms
 
 
 def encode_prompts(vocab: Vocabulary, prompts: list[str]) -> list[dict]:
@@ -55,9 +56,8 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
         for prompt in prompts:
             for seed in seeds:
                 generator = torch.Generator().manual_seed(seed)
-                start = time.perf_counter()
-                result = speculative_decode(target, draft, prompt["ids"], new_tokens, k, settings, generator)
-                wall_ms = (time.perf_counter() - start) * 1e3
+                result, wall_ms = timed_ms(partial(speculative_decode, target, draft, prompt["ids"],
+                                                   new_tokens, k, settings, generator))
                 s = result.stats
                 rows.append({
                     "k": k, "prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
@@ -119,9 +119,8 @@ def run_baseline(target: GPT, prompts: list[dict], seeds: list[int], new_tokens:
         for prompt in prompts:
             for seed in seeds:
                 generator = torch.Generator().manual_seed(seed)
-                start = time.perf_counter()
-                tokens = autoregressive_decode(target, prompt["ids"], new_tokens, settings, generator)
-                wall_ms = (time.perf_counter() - start) * 1e3
+                tokens, wall_ms = timed_ms(partial(autoregressive_decode, target, prompt["ids"], new_tokens,
+                                                   settings, generator))
                 rows.append({"prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
                              "prompt_tokens": len(prompt["ids"]), "seed": seed, "rep": rep,
                              "new_tokens": new_tokens, "target_forwards": new_tokens,

@@ -1,0 +1,25 @@
+"""Wall-clock timing shared by the benchmarks: one helper, with device synchronisation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def synchronize(device: str) -> None:
+    """Waits for queued device work, so a wall-clock interval covers the kernels it launched."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def timed_ms(fn: Callable[[], object], device: str = "cpu") -> tuple[object, float]:
+    """Runs fn once; returns its result and the wall time in milliseconds."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, (time.perf_counter() - start) * 1e3
