@@ -8,6 +8,7 @@ from inferlab.generate import generate
 from inferlab.jobs import start_job
 from inferlab.kvbench import profile_cached_step, step_positions, time_steps
 from inferlab.provenance import machine_stamp, resolve_device
+from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
@@ -21,9 +22,10 @@ positions = step_positions(prompt.size(1), p.max_length, p.points)
 steps = time_steps(model, sequence, positions, p.reps, p.warmup, device, progress_file=log)
 # Profile a step in the middle of the longest generation.
 profile = profile_cached_step(model, sequence, positions[len(positions) // 2], p.profile_steps, device)
-provenance = {"machine": machine_stamp(device), "model": model_stamp(meta, p.model_name),
-              "reps": p.reps, "warmup": p.warmup, "prompt": p.prompt, "prompt_unk": unk}
+provenance = job_stamps(machine_stamp(device), model_stamp(meta, p.model_name), p.reps,
+                        "cached and uncached single steps over the same tokens",
+                        warmup=p.warmup, prompt=p.prompt, prompt_unk=unk)
 write_table(steps, smk.output.steps, provenance=provenance)
-write_table(profile, smk.output.profile, provenance={**provenance, "reps": p.profile_steps})
+write_table(profile, smk.output.profile, provenance={**provenance, "repeats": p.profile_steps})
 print(steps.groupby(["mode", "positions"])["step_ms"].median().to_string(), file=log)
 print(profile.to_string(), file=log)

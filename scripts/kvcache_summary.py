@@ -6,6 +6,7 @@ from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.kvbench import fit_table, summarize_timings
 from inferlab.model import GPTConfig
+from inferlab.stamps import carried_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
@@ -14,13 +15,11 @@ meta = read_json(smk.input.meta)
 timings = pd.concat([read_table(path) for path in smk.input.timings], ignore_index=True)
 steps = read_table(smk.input.steps)
 first = read_provenance(smk.input.timings[0])
-provenance = {"machine": first["machine"], "model": model_stamp(meta, smk.params.model_name),
-              "reps": first["reps"], "warmup": first["warmup"], "baseline": first["baseline"],
-              "prompt": first["prompt"],
-              "machines_per_length": {str(path): read_provenance(path)["machine"] for path in smk.input.timings}}
+provenance = carried_stamps(first, model=model_stamp(meta, smk.params.model_name), machines_per_length={
+    str(path): read_provenance(path)["machine"] for path in smk.input.timings})
 summary = summarize_timings(timings)
 fit = fit_table(timings, steps, GPTConfig.from_dict(meta["model_config"]))
 write_table(timings, smk.output.timings, provenance=provenance)
 write_table(summary, smk.output.summary, provenance=provenance)
-write_table(fit, smk.output.fit, provenance={**provenance, "fit_reps": read_provenance(smk.input.steps)["reps"]})
+write_table(fit, smk.output.fit, provenance={**provenance, "fit_repeats": read_provenance(smk.input.steps)["repeats"]})
 print(fit.to_string(), file=log)

@@ -7,6 +7,7 @@ from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.jobs import start_job
 from inferlab.kvbench import time_generation
 from inferlab.provenance import machine_stamp, resolve_device
+from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
@@ -16,8 +17,8 @@ model, meta = load_checkpoint(Path(smk.input.meta).parent, device)
 prompt, unk = encode_prompt(load_vocabulary(smk.input.vocab), smk.params.prompt, device)
 table = time_generation(model, prompt, smk.params.length, smk.params.reps, smk.params.warmup, device,
                         progress_file=log)
-provenance = {"machine": machine_stamp(device), "model": model_stamp(meta, smk.params.model_name),
-              "reps": smk.params.reps, "warmup": smk.params.warmup, "baseline": "no_cache (full recompute)",
-              "prompt": smk.params.prompt, "prompt_unk": unk}
+provenance = job_stamps(machine_stamp(device), model_stamp(meta, smk.params.model_name), smk.params.reps,
+                        "no_cache (full recompute)", warmup=smk.params.warmup, prompt=smk.params.prompt,
+                        prompt_unk=unk)
 write_table(table, smk.output[0], provenance=provenance)
 print(table.groupby("mode")[["total_ms", "ms_per_token"]].median().to_string(), file=log)

@@ -2,7 +2,7 @@
 
 from inferlab.jobs import start_job
 from inferlab.noise import noise_floor_table
-from inferlab.provenance import machine_stamp
+from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_table
 
 smk = snakemake  # noqa: F821
@@ -10,4 +10,6 @@ start_job(smk.log[0], 1)
 metas = [read_json(path) for path in [smk.input.base, *smk.input.reruns]]
 runs = [{"name": m["name"], "seed": m["train_config"]["seed"], "val_loss": m["val_loss"]} for m in metas]
 table = noise_floor_table(runs, smk.params.sigmas, smk.params.use, smk.params.fixed_value)
-write_table(table, smk.output[0], provenance=machine_stamp("cpu"))
+# The losses were measured by the training jobs: the base run's machine is the stamp.
+write_table(table, smk.output[0], provenance=job_stamps(metas[0].get("machine"), None, len(runs),
+                                                        "the base training run's validation loss"))

@@ -12,6 +12,7 @@ from inferlab.noise import floor_value
 from inferlab.provenance import machine_stamp
 from inferlab.quant import EMBEDDING_NOTE, SCALE_BITS
 from inferlab.quant_bench import BASELINE, run_scheme
+from inferlab.stamps import job_stamps
 from inferlab.tables import read_table, write_table
 
 smk = snakemake  # noqa: F821
@@ -24,13 +25,13 @@ prompt = torch.tensor([vocab.encode(speed["prompt"])], dtype=torch.long)
 row = run_scheme(model, smk.params.scheme, load_token_ids(smk.input.val), load_token_ids(smk.input.train),
                  smk.params.seq_len, floor_value(floor_table), prompt, speed["new_tokens"], speed["reps"],
                  gptq=smk.params.gptq, device="cpu", progress_file=log)
-provenance = {"machine": machine_stamp("cpu"), "model": model_stamp(meta, smk.params.model_name),
-              "baseline": BASELINE, "repeats": {"quality": "one deterministic pass over the full validation split",
-                                                "speed_reps": row["speed_reps"]},
+provenance = job_stamps(machine_stamp("cpu"), model_stamp(meta, smk.params.model_name),
+                        {"quality": "one deterministic pass over the full validation split",
+                         "speed_reps": row["speed_reps"]}, BASELINE, **{
               "noise_floor": {"value": row["noise_floor"], "source": str(floor_table["floor_source"].iloc[0]),
                               "runs": len(floor_table)},
               "embedding": EMBEDDING_NOTE, "storage": f"{SCALE_BITS}-bit float scales, zero points at b bits",
               "gptq": smk.params.gptq, "speed_prompt": speed["prompt"],
-              "speed_prompt_unk": vocab.unk_count(speed["prompt"])}
+              "speed_prompt_unk": vocab.unk_count(speed["prompt"])})
 write_table(pd.DataFrame([row]), smk.output[0], provenance=provenance)
 print(pd.Series(row).to_string(), file=log)

@@ -2,17 +2,16 @@
 
 from inferlab.jobs import start_job
 from inferlab.quant_bench import choose_scheme, summary_table
+from inferlab.stamps import carried_stamps
 from inferlab.tables import read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], 1)
 summary = summary_table([read_table(path) for path in smk.input.schemes], smk.params.schemes)
 choice = choose_scheme(summary)
-provenance = {k: v for k, v in read_provenance(smk.input.schemes[0]).items() if k != "gptq"}
-provenance["schemes"] = list(smk.params.schemes)
-provenance["repeats"] = {"quality": "one deterministic pass over the full validation split per scheme",
-                         "speed_reps": int(summary["speed_reps"].max())}
-provenance["gptq"] = smk.params.gptq
+provenance = carried_stamps(read_provenance(smk.input.schemes[0]), schemes=list(smk.params.schemes),
+                            repeats={"quality": "one deterministic pass over the full validation split per scheme",
+                                     "speed_reps": int(summary["speed_reps"].max())}, gptq=smk.params.gptq)
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(choice, smk.output.choice, provenance=provenance)
 cols = ["scheme", "bits", "effective_bits_per_weight", "delta_loss", "kl_mean_nats", "top1_agreement",

@@ -7,6 +7,7 @@ from inferlab.jobs import start_job
 from inferlab.model import GPTConfig
 from inferlab.provenance import format_machine
 from inferlab.roofline import anchor_roofline, best_rates, our_roofline
+from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
@@ -23,8 +24,8 @@ ours = our_roofline(GPTConfig.from_dict(meta["model_config"]), meta["params"], 4
 ours["measured_at_length"] = int(longest["length"])
 table = pd.concat([anchor_roofline(read_json(smk.input.anchor), smk.params.anchor_context_tokens), ours],
                   ignore_index=True)
-write_table(table, smk.output[0], provenance={
-    "machine": machine, "model": model_stamp(meta, smk.params.model_name),
-    "reps": read_provenance(smk.input.summary)["reps"], "probe_reps": read_provenance(smk.input.probe)["reps"],
-    "baseline": "roofline lower bound max(bytes/bandwidth, FLOPs/peak)"})
+write_table(table, smk.output[0], provenance=job_stamps(
+    machine, model_stamp(meta, smk.params.model_name), read_provenance(smk.input.summary)["repeats"],
+    "roofline lower bound max(bytes/bandwidth, FLOPs/peak)",
+    probe_repeats=read_provenance(smk.input.probe)["repeats"]))
 print(table.T.to_string(), file=log)

@@ -9,6 +9,7 @@ from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
 from inferlab.repetition import corpus_ngram_index, generate_cell
+from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_table
 
 smk = snakemake  # noqa: F821
@@ -21,7 +22,7 @@ index = corpus_ngram_index(load_token_ids(smk.input.train).numpy(), base=len(voc
 with tqdm(total=len(p.prompts) * p.new_tokens, desc=p.cell["cell"], file=log, mininterval=2) as bar:
     rows = generate_cell(model, vocab, p.cell, p.prompts, p.samples, p.new_tokens, p.seed, index,
                          on_step=bar.update)
-write_table(rows, smk.output[0], provenance={
-    "machine": machine_stamp("cpu"), "model": model_stamp(meta, p.model), "cell": p.cell,
-    "repeat_count": len(rows), "baseline": "greedy", "prompt_unk_chars": int(rows["prompt_unk_chars"].sum())})
+write_table(rows, smk.output[0], provenance=job_stamps(
+    machine_stamp("cpu"), model_stamp(meta, p.model), len(rows), "greedy", cell=p.cell,
+    prompt_unk_chars=int(rows["prompt_unk_chars"].sum())))
 print(rows.drop(columns="text").describe().to_string(), file=log)

@@ -11,6 +11,7 @@ from inferlab.generate import prefill
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
 from inferlab.sampling import distribution_rows, logits_export
+from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_json, write_table
 
 smk = snakemake  # noqa: F821
@@ -24,7 +25,7 @@ write_json(logits_export(smk.params.prompt, smk.params.model, meta["weights_sha2
                          logits, unk), smk.output.logits)
 exported = read_json(smk.output.logits)["logits"]  # the very numbers the workbench will read
 table = pd.DataFrame(distribution_rows(exported, smk.params.cells))
-write_table(table, smk.output.table, provenance={
-    "machine": machine_stamp("cpu"), "model": model_stamp(meta, smk.params.model),
-    "prompt": smk.params.prompt, "prompt_unk_chars": unk, "repeat_count": 1, "baseline": "none"})
+write_table(table, smk.output.table, provenance=job_stamps(
+    machine_stamp("cpu"), model_stamp(meta, smk.params.model), 1, "none", prompt=smk.params.prompt,
+    prompt_unk_chars=unk))
 print(table.to_string(index=False), file=log)

@@ -3,8 +3,8 @@
 import pandas as pd
 
 from inferlab.jobs import start_job
-from inferlab.provenance import machine_stamp
 from inferlab.repetition import example_texts, summarise
+from inferlab.stamps import carried_stamps
 from inferlab.tables import read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
@@ -14,9 +14,10 @@ if len(models) != 1:
     raise ValueError(f"the cell tables come from {len(models)} different checkpoints; rerun the stale cells")
 samples = pd.concat([read_table(path) for path in smk.input], ignore_index=True)
 summary = summarise(samples, smk.params.resamples, smk.params.seed)
-provenance = {"machine": machine_stamp("cpu"), "model": read_provenance(smk.input[0])["model"],
-              "repeat_count": int(samples.groupby("cell").size().min()), "baseline": "greedy",
-              "bootstrap_resamples": smk.params.resamples, "bootstrap_seed": smk.params.seed}
+# The cells measured; this job only aggregates, so their stamp (machine included) is carried forward.
+cell_stamps = {key: value for key, value in read_provenance(smk.input[0]).items() if key != "cell"}
+provenance = carried_stamps(cell_stamps, repeats=int(samples.groupby("cell").size().min()),
+                            bootstrap_resamples=smk.params.resamples, bootstrap_seed=smk.params.seed)
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(example_texts(samples, smk.params.example_texts), smk.output.examples, provenance=provenance)
 print(summary.pivot(index="cell", columns="metric", values="mean").to_string(), file=log)

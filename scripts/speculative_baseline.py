@@ -8,6 +8,7 @@ from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
 from inferlab.speculative import SamplingSettings
 from inferlab.speculative_bench import encode_prompts, run_baseline
+from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
@@ -18,9 +19,8 @@ target, target_meta = load_checkpoint(Path(smk.input.meta).parent, expected_voca
 settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
 table = run_baseline(target, encode_prompts(vocab, p.prompts), p.seeds, p.new_tokens, settings,
                      p.timing_reps, progress_file=log)
-write_table(table, smk.output[0], provenance={
-    "machine": machine_stamp("cpu"), "model": model_stamp(target_meta, p.target), "settings": vars(settings),
-    "repeats": {"prompts": len(p.prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens,
-                "timing_reps": p.timing_reps},
-    "baseline": "this table is the baseline: one target forward per new token"})
+write_table(table, smk.output[0], provenance=job_stamps(
+    machine_stamp("cpu"), model_stamp(target_meta, p.target),
+    {"prompts": len(p.prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens, "timing_reps": p.timing_reps},
+    "this table is the baseline: one target forward per new token", settings=vars(settings)))
 print(f"target-only: median {table['ms_per_token'].median():.3f} ms per token", file=log)

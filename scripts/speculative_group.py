@@ -8,6 +8,7 @@ from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
 from inferlab.speculative import SamplingSettings
 from inferlab.speculative_bench import encode_prompts, run_forward_timing, run_greedy_identity, run_group
+from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
@@ -24,11 +25,12 @@ greedy = run_greedy_identity(target, draft, prompts, p.new_tokens, p.k)
 context = max(len(x["ids"]) for x in prompts) + p.new_tokens // 2
 forward = run_forward_timing(target, draft, context, p.k, p.forward_reps)
 
-provenance = {"machine": machine_stamp("cpu"), "model": model_stamp(target_meta, p.target),
-              "draft": model_stamp(draft_meta, p.draft), "settings": vars(settings) | {"k": p.k},
-              "repeats": {"prompts": len(prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens,
-                          "timing_reps": p.timing_reps, "forward_reps": p.forward_reps},
-              "baseline": "target-only sampling, same prompts and seeds (results/speculative/baseline.parquet)"}
+provenance = job_stamps(
+    machine_stamp("cpu"), model_stamp(target_meta, p.target),
+    {"prompts": len(prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens, "timing_reps": p.timing_reps,
+     "forward_reps": p.forward_reps},
+    "target-only sampling, same prompts and seeds (results/speculative/baseline.parquet)",
+    draft=model_stamp(draft_meta, p.draft), settings=vars(settings) | {"k": p.k})
 for table, path in ((runs, smk.output.runs), (greedy, smk.output.greedy), (forward, smk.output.forward)):
     table.insert(0, "draft", p.draft)
     write_table(table, path, provenance=provenance)

@@ -5,6 +5,7 @@ import pandas as pd
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.speculative_bench import best_groups, summarise
+from inferlab.stamps import carried_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
@@ -20,10 +21,10 @@ metas = {p.target: read_json(smk.input.target_meta)} | {
 summary = summarise(runs, forward, baseline, {name: meta["params"] for name, meta in metas.items()}, p.target)
 best = best_groups(summary)
 group_prov = read_provenance(smk.input.runs[0])
-provenance = {"machine": group_prov.get("machine"), "model": model_stamp(metas[p.target], p.target),
-              "drafts": {name: model_stamp(metas[name], name) for name in p.drafts},
-              "settings": {k: v for k, v in group_prov.get("settings", {}).items() if k != "k"},
-              "repeats": group_prov.get("repeats"), "baseline": group_prov.get("baseline")}
+measured = {key: group_prov[key] for key in ("machine", "model", "repeats", "baseline")}
+provenance = carried_stamps(measured, model=model_stamp(metas[p.target], p.target),
+                            drafts={name: model_stamp(metas[name], name) for name in p.drafts},
+                            settings={k: v for k, v in group_prov.get("settings", {}).items() if k != "k"})
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(best, smk.output.best, provenance=provenance)
 write_table(greedy[["draft", "k", "prompt_index", "prompt", "identical", "n_tokens", "first_mismatch"]],

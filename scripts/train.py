@@ -4,6 +4,7 @@ from inferlab.checkpoint import load_token_ids, save_checkpoint
 from inferlab.jobs import start_job
 from inferlab.model import GPTConfig
 from inferlab.provenance import machine_stamp
+from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_table
 from inferlab.train import TrainConfig, train_model
 
@@ -24,7 +25,7 @@ meta = {
     "vocab_sha256": corpus_stats["vocab_sha256"],
     "machine": stamp,
 }
-write_table(curve, smk.output.curve, provenance=stamp)
+write_table(curve, smk.output.curve, provenance=job_stamps(stamp, None, 1, "none (one training run)"))
 meta = save_checkpoint(model, meta, smk.output.weights.rsplit("/", 1)[0])
 print(f"{smk.params.name}: {meta['params']:,} params, val loss {meta['val_loss']:.4f}, "
       f"{meta['tokens_per_s']:.0f} tokens/s, {meta['train_seconds']:.0f} s", file=log)
