@@ -16,4 +16,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        REPORT_OUTPUTS,
+        rules.report.output,

@@ -2,17 +2,21 @@
 
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
-from inferlab.report.build import ReportPaths, inputs_from_paths, run_information, write_report
+from inferlab.report.build import ReportPaths, run_information, write_report
+from inferlab.report.catalog import FIGURE_CATALOG
+from inferlab.report.inputs import load_inputs
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads)
 out = smk.output
-inputs = [*smk.input.experiments, *smk.input.metas, *smk.input.curves, smk.input.stats]
+tables = {key: str(getattr(smk.input, key)) for key in smk.params.producers}  # {key: path}
 metas = dict(zip(smk.params.models, smk.input.metas, strict=True))
 curves = dict(zip(smk.params.models, smk.input.curves, strict=True))
-data = inputs_from_paths(inputs, metas, curves, smk.input.seed_reference, smk.params.settings, smk.params.target)
+data = load_inputs(tables, smk.params.producers, metas, curves, smk.input.seed_reference, smk.params.settings,
+                   smk.params.target)
 machine = machine_stamp("cpu")
-run = run_information(smk.params.config, smk.params.benchmark_dir, inputs, machine)
+run = run_information(smk.params.config, smk.params.benchmark_dir,
+                      [*tables.values(), *smk.input.metas, *smk.input.curves], machine)
 paths = ReportPaths(
     milestones=out.milestones,
     html=out.html,
@@ -20,7 +24,7 @@ paths = ReportPaths(
     inference_json=out.inference_json,
     precomputed_json=out.precomputed_json,
     workbench=out.workbench,
-    figures=dict(zip(smk.params.figure_stems, out.figures, strict=True)),
+    figures=dict(zip(FIGURE_CATALOG, out.figures, strict=True)),
 )
 for m in write_report(data, paths, run, machine):
     print(f"{m.id}: {m.status}: {m.verdict}", file=log)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from inferlab.provenance import format_machine, machine_stamp
 from inferlab.report import exports, runinfo
-from inferlab.report.inputs import JSON_PATHS, TABLE_PATHS, ReportInputs, load_inputs
+from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import Milestone, check_all, milestones_table
 from inferlab.report.render import build_document, stamp_lines, to_html, to_markdown
 from inferlab.report.workbench import grid_records, workbench_html
@@ -24,21 +24,6 @@ class ReportPaths:
     precomputed_json: str
     workbench: str
     figures: dict[str, str]  # stem -> path of the PNG (next to the Markdown, in figures/)
-
-
-def inputs_from_paths(
-    input_paths: list[str],
-    metas: dict[str, str],
-    curves: dict[str, str],
-    seed_reference: str,
-    settings: dict,
-    target: str,
-) -> ReportInputs:
-    """Takes a table only if its path is among the rule's inputs (never a stale file from another config)."""
-    present = {str(p) for p in input_paths}
-    tables = {k: p for k, p in TABLE_PATHS.items() if p in present}
-    jsons = {k: p for k, p in JSON_PATHS.items() if p in present}
-    return load_inputs(tables, jsons, metas, curves, seed_reference, settings, target)
 
 
 def run_information(config: dict, benchmark_dir: str, input_paths: list[str], machine: dict) -> dict:

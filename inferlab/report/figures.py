@@ -14,16 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from inferlab.report.inputs import pick  # noqa: E402
+from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
 
-FIGURES = {  # file stem -> title; the report rule declares one PNG per entry
-    "kvcache_ratio": "KV cache: speed ratio vs generated length",
-    "sampling_heatmaps": "Sampling: entropy and kept tokens over the grid",
-    "sampling_repetition": "Sampling: repetition vs temperature",
-    "speculative_yield": "Speculative: tokens per target forward, measured vs formula",
-    "quant_delta": "Quantization: validation-loss increase per scheme",
-    "training_curves": "Training: loss curves of the three models",
-}
+FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
 
 
 def to_png(fig) -> bytes:
@@ -194,27 +187,20 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict) -> bytes:
 def speculative_yield(summary: pd.DataFrame | None) -> bytes:
     if summary is None or summary.empty:
         return placeholder(FIGURES["speculative_yield"], "results/speculative/summary.parquet")
-    measured = pick(
-        summary, "tokens_per_target_forward", "measured_tokens_per_forward", "yield_measured", "measured_yield"
-    )
-    formula = pick(summary, "formula_tokens_per_target_forward", "formula_E", "expected_tokens", "formula_e", "E")
-    speed = pick(summary, "speedup_theory_time", "theoretical_speedup_time", "speedup_time")
-    speed_p = pick(summary, "speedup_theory_params", "theoretical_speedup_params", "speedup_params")
-    wall = pick(summary, "wall_speedup_median", "wall_speedup", "measured_speedup")
+    # columns of speculative_bench.summarise
+    measured, formula = "tokens_per_target_forward", "formula_tokens_per_target_forward"
+    speed, speed_p, wall = "speedup_theory_time", "speedup_theory_params", "wall_speedup"
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for draft, g in summary.groupby("draft"):
         g = g.sort_values("k")
-        if measured:
-            axes[0].plot(g["k"], g[measured], "o-", label=f"{draft} measured")
-        if formula:
-            axes[0].plot(g["k"], g[formula], "x--", label=f"{draft} formula E")
+        axes[0].plot(g["k"], g[measured], "o-", label=f"{draft} measured")
+        axes[0].plot(g["k"], g[formula], "x--", label=f"{draft} formula E")
         for col, style, name in (
             (speed_p, "s:", "theory, c by params"),
             (speed, "^--", "theory, c by time"),
             (wall, "o-", "wall clock measured"),
         ):
-            if col:
-                axes[1].plot(g["k"], g[col], style, label=f"{draft} {name}")
+            axes[1].plot(g["k"], g[col], style, label=f"{draft} {name}")
     axes[0].set_xlabel("k (draft tokens per round)")
     axes[0].set_ylabel("tokens per target forward")
     axes[1].axhline(1.0, color="k", linewidth=0.8)
@@ -229,7 +215,7 @@ def speculative_yield(summary: pd.DataFrame | None) -> bytes:
 def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: float | None) -> bytes:
     if summary is None or summary.empty:
         return placeholder(FIGURES["quant_delta"], "results/quant/summary.parquet")
-    scheme = pick(summary, "scheme", "name")
+    scheme = "scheme"
     s = summary.sort_values("delta_loss")
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(s) + 1.5))
     colors = ["#2e8b57" if floor is not None and d < floor else "#c0392b" for d in s["delta_loss"]]

@@ -1,8 +1,13 @@
-"""Loading the report's inputs: every table is optional, a missing one becomes None."""
+"""Loading the report's inputs, by name, from the {key: path} mapping the report rule passes.
+
+A key the rule does not pass (the config did not ask for that table) stays None and shows as
+"missing". A file the rule does pass but that cannot be read is an error that names the file,
+the rule that writes it and the command that rebuilds it: a broken table must never turn into
+a quietly "missing" section.
+"""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,29 +15,9 @@ import pandas as pd
 
 from inferlab.tables import read_json, read_provenance
 
-# The tables the report knows, by key. The rule passes only those that are among its inputs, so
-# a stale file from an earlier run with another config is never picked up.
-TABLE_PATHS = {
-    "kv_timings": "results/kvcache/timings.parquet",
-    "kv_summary": "results/kvcache/summary.parquet",
-    "kv_fit": "results/kvcache/fit.parquet",
-    "kv_profile": "results/kvcache/profile.parquet",
-    "roofline": "results/roofline.parquet",
-    "sp_distribution": "results/sampling/distribution.parquet",
-    "sp_repetition": "results/sampling/repetition.parquet",
-    "sp_samples": "results/sampling/samples.parquet",
-    "sp_default": "results/sampling/default.parquet",
-    "spec_summary": "results/speculative/summary.parquet",
-    "spec_identity": "results/speculative/greedy_identity.parquet",
-    "spec_best": "results/speculative/best.parquet",
-    "quant_summary": "results/quant/summary.parquet",
-    "quant_choice": "results/quant/choice.parquet",
-    "noise_floor": "results/noise_floor.parquet",
-}
-JSON_PATHS = {
-    "sp_logits": "results/sampling/logits.json",
-    "corpus_stats": "results/corpus/stats.json",
-}
+
+class ReportInputError(RuntimeError):
+    """A report input exists but cannot be read, or lacks a column the report needs."""
 
 
 @dataclass
@@ -47,6 +32,8 @@ class ReportInputs:
     seed_reference: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # plain settings from the rule
     target: str = "ref_baseline"
+    paths: dict[str, str] = field(default_factory=dict)  # key -> file, for messages
+    producers: dict[str, str] = field(default_factory=dict)  # key -> rule that writes the file
 
     def table(self, key: str) -> pd.DataFrame | None:
         return self.tables.get(key)
@@ -55,38 +42,54 @@ class ReportInputs:
         return all(self.tables.get(k) is not None or self.json.get(k) is not None for k in keys)
 
     def missing(self, *keys: str) -> list[str]:
-        paths = {**TABLE_PATHS, **JSON_PATHS}
-        return [paths.get(k, k) for k in keys if self.tables.get(k) is None and self.json.get(k) is None]
+        return [self.paths.get(k, k) for k in keys if self.tables.get(k) is None and self.json.get(k) is None]
+
+    def require(self, key: str, *columns: str) -> pd.DataFrame:
+        """The table `key`, after checking it has `columns`; a clear error names table and column."""
+        df = self.tables.get(key)
+        if df is None:
+            raise ReportInputError(f"the report needs the table {self.paths.get(key, key)!r}, which was not loaded")
+        absent = [c for c in columns if c not in df.columns]
+        if absent:
+            rule = self.producers.get(key, "?")
+            raise ReportInputError(
+                f"table {self.paths.get(key, key)} (written by rule {rule}) lacks the column(s) {absent} that the "
+                f"report reads; its producer and the report disagree. Rebuild it with `--forcerun {rule}`."
+            )
+        return df
 
 
-def _read_parquet(path: Path) -> tuple[pd.DataFrame | None, dict]:
-    try:
-        return pd.read_parquet(path), read_provenance(path)
-    except Exception as err:  # an unreadable table is reported as missing, not a crash of the report
-        logging.warning("cannot read %s: %s", path, err)
-        return None, {}
+def _unreadable(path: str, rule: str, err: Exception) -> ReportInputError:
+    return ReportInputError(
+        f"cannot read {path} (written by rule {rule}): {type(err).__name__}: {err}. The file exists but is damaged "
+        f"or from an incompatible version; rebuild it with `snakemake --cores N --forcerun {rule}`."
+    )
 
 
 def load_inputs(
-    table_paths: dict[str, str],
-    json_paths: dict[str, str],
+    paths: dict[str, str],
+    producers: dict[str, str],
     meta_paths: dict[str, str],
     curve_paths: dict[str, str],
     seed_reference_path: str | None,
     config: dict,
     target: str,
 ) -> ReportInputs:
-    """Reads what exists; keys whose file does not exist stay None (shown as 'missing')."""
-    data = ReportInputs(config=config, target=target)
-    for key in TABLE_PATHS:
-        path = table_paths.get(key)
-        df, prov = (None, {})
-        if path and Path(path).exists():
-            df, prov = _read_parquet(Path(path))
-        data.tables[key] = df
-        data.provenance[key] = prov
-    for key, path in json_paths.items():
-        data.json[key] = read_json(path) if path and Path(path).exists() else None
+    """Reads every passed table (.parquet) and JSON file (.json); any unreadable one raises ReportInputError.
+
+    paths maps the report's key (e.g. "kv_summary") to the file; producers maps it to the rule.
+    """
+    data = ReportInputs(config=config, target=target, paths=dict(paths), producers=dict(producers))
+    for key, path in paths.items():
+        rule = producers.get(key, "?")
+        try:
+            if str(path).endswith(".json"):
+                data.json[key] = read_json(path)
+            else:
+                data.tables[key] = pd.read_parquet(path)
+                data.provenance[key] = read_provenance(path)
+        except Exception as err:  # noqa: BLE001 - any failure to read is reported with the recovery command
+            raise _unreadable(str(path), rule, err) from err
     for name, path in meta_paths.items():
         if Path(path).exists():
             data.metas[name] = read_json(path)
@@ -96,13 +99,3 @@ def load_inputs(
     if seed_reference_path and Path(seed_reference_path).exists():
         data.seed_reference = read_json(seed_reference_path)
     return data
-
-
-def pick(df: pd.DataFrame | None, *candidates: str) -> str | None:
-    """First of several plausible column names present in df (tables evolve; names vary slightly)."""
-    if df is None:
-        return None
-    for name in candidates:
-        if name in df.columns:
-            return name
-    return None

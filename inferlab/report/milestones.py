@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferlab.report.inputs import ReportInputs, pick
+from inferlab.report.inputs import ReportInputError, ReportInputs
+from inferlab.sampling_grid import GREEDY_CELL, sampling_cells
 
 PASS, FAIL, MISSING = "pass", "fail", "missing"
 
@@ -84,15 +85,14 @@ def machine_stamp_from(data: ReportInputs, key: str | None, fallback: dict | Non
 
 
 def repeats_from(data: ReportInputs, key: str | None, default: str) -> str:
+    """The table's `repeats` stamp (inferlab.stamps), with the setup it counts in words."""
     prov = data.provenance.get(key, {}) if key else {}
-    for name in ("repeats", "repeat_count", "reps"):
-        if prov.get(name) not in (None, ""):
-            value = prov[name]
-            if isinstance(value, str):
-                return value
-            # a bare count from the table, with the setup it counts in words
-            return json.dumps(value, ensure_ascii=False) + (f" ({default})" if default != "n/a" else "")
-    return default
+    value = prov.get("repeats")
+    if value in (None, ""):
+        return default
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False) + (f" ({default})" if default != "n/a" else "")
 
 
 def baseline_from(data: ReportInputs, key: str | None, default: str) -> str:
@@ -139,46 +139,29 @@ def _bool_all(series: pd.Series) -> bool:
     return bool(series.astype(bool).all())
 
 
-def _cell_label(row: pd.Series | dict) -> str:
-    """A readable name for a sampling cell: the table's own label when it has one."""
-    for name in ("cell", "label", "setting"):
-        if name in row and isinstance(row[name], str) and row[name]:
-            return row[name]
-    parts = []
-    for name, short in (("temperature", "T"), ("top_p", "top-p"), ("min_p", "min-p")):
-        if name in row and _num(row[name]) is not None:
-            parts.append(f"{short}={_num(row[name]):g}")
-    return ", ".join(parts) or "?"
-
-
 # ----------------------------------------------------------------------------------------- M1
 
 
 def kv_ratio_by_length(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per length: ratio (no-cache time / cache time) with min and max.
+    """One row per length: the summary's speed ratio (no-cache time / cache time) with min and max.
 
-    Uses the summary's own ratio columns when present, else derives them from the per-mode medians.
+    summary is kvbench.summarize_timings' table (the ratio repeats on both mode rows of a length).
     """
-    ratio = pick(summary, "speed_ratio", "ratio", "speedup", "ratio_median")
-    length = pick(summary, "length", "new_tokens")
-    if ratio is not None:
-        lo = pick(summary, "speed_ratio_min", "ratio_min", "speedup_min")
-        hi = pick(summary, "speed_ratio_max", "ratio_max", "speedup_max")
-        rows = summary.dropna(subset=[ratio]).groupby(length, as_index=False).first()
-        return pd.DataFrame(
-            {
-                "length": rows[length].astype(int),
-                "ratio": rows[ratio].astype(float),
-                "ratio_min": rows[lo].astype(float) if lo else float("nan"),
-                "ratio_max": rows[hi].astype(float) if hi else float("nan"),
-            }
-        )
-    med = pick(summary, "median_ms_per_token", "ms_per_token_median", "median_total_ms", "total_ms_median")
-    wide = summary.pivot_table(index=length, columns="mode", values=med, aggfunc="first")
-    out = pd.DataFrame({"length": wide.index.astype(int), "ratio": (wide["no_cache"] / wide["cache"]).to_numpy()})
-    out["ratio_min"] = float("nan")
-    out["ratio_max"] = float("nan")
-    return out.reset_index(drop=True)
+    rows = summary.dropna(subset=["speed_ratio"]).groupby("length", as_index=False).first()
+    return pd.DataFrame(
+        {
+            "length": rows["length"].astype(int),
+            "ratio": rows["speed_ratio"].astype(float),
+            "ratio_min": rows["speed_ratio_min"].astype(float),
+            "ratio_max": rows["speed_ratio_max"].astype(float),
+        }
+    )
+
+
+# The columns M1 reads (kvbench.fit_table, roofline.our_roofline).
+FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
+               "fixed_share_no_cache", "a_cache_ms")
+ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_ms_per_token")
 
 
 def kv_explanation(
@@ -190,58 +173,35 @@ def kv_explanation(
     parts = [f"At {length} generated tokens the cache makes decoding {_fmt(ratio_row['ratio'], 2)}x faster"]
     flop = None
     if fit is not None:
-        fcol = pick(fit, "flop_estimate_ratio", "flop_ratio", "flop_estimate")
-        lcol = pick(fit, "length")
-        row = fit[fit[lcol] == length].iloc[0] if lcol and (fit[lcol] == length).any() else fit.iloc[-1]
-        flop = _num(row[fcol]) if fcol else None
-        a = (
-            _num(row[pick(fit, "a_ms", "a_ms_per_step", "fixed_ms")])
-            if pick(fit, "a_ms", "a_ms_per_step", "fixed_ms")
-            else None
-        )
-        bcol = pick(fit, "b_ms_per_position", "b_ms", "b_ms_per_token")
-        b = _num(row[bcol]) if bcol else None
-        pcol = pick(fit, "predicted_ratio", "ratio_predicted", "fit_ratio")
-        predicted = _num(row[pcol]) if pcol else None
+        row = fit[fit["length"] == length].iloc[0] if (fit["length"] == length).any() else fit.iloc[-1]
+        flop = _num(row["flop_estimate_ratio"])
+        a = _num(row["a_ms"])
+        b = _num(row["b_ms_per_position"])
+        predicted = _num(row["predicted_ratio"])
         ev.update(
             {"flop_estimate_ratio": flop, "a_ms": a, "b_ms_per_position": b, "predicted_ratio_from_fit": predicted}
         )
         if flop is not None:
             parts[0] += f", while the FLOP estimate predicts {_fmt(flop, 1)}x"
         if a is not None and b is not None:
-            share_col = pick(fit, "fixed_share_no_cache")
-            share = _num(row[share_col]) if share_col else None
+            share = _num(row["fixed_share_no_cache"])
             where = f"of the whole no-cache generation of {length} tokens"
-            if share is None:  # share of the last no-cache step instead
-                share, where = (
-                    (a / (a + b * length) if a + b * length > 0 else float("nan")),
-                    f"of a step at {length} positions",
-                )
             ev["fixed_share_no_cache"] = share
             text = (
                 f"the no-cache step fits a + b*positions with a = {_fmt(a, 3)} ms fixed and "
                 f"b = {_fmt(b, 4)} ms per position, so the fixed part is {share:.0%} {where}"
             )
-            ac = pick(fit, "a_cache_ms")
-            if ac and _num(row[ac]) is not None:
-                ev["a_cache_ms"] = _num(row[ac])
-                text += f", while a cached step still costs a fixed {_fmt(row[ac], 3)} ms"
+            if _num(row["a_cache_ms"]) is not None:
+                ev["a_cache_ms"] = _num(row["a_cache_ms"])
+                text += f", while a cached step still costs a fixed {_fmt(row['a_cache_ms'], 3)} ms"
             if predicted is not None:
                 text += f"; this fit predicts {_fmt(predicted, 2)}x"
             parts.append(text)
     if profile is not None and len(profile):
-        scol = pick(profile, "op_share", "operator_share")
-        ocol, wcol = pick(profile, "op_ms", "operator_ms"), pick(profile, "wall_ms")
         row = profile.iloc[0]
-        share = _num(row[scol]) if scol else None
-        if share is None and ocol and wcol:
-            share = _num(row[ocol]) / _num(row[wcol])
+        share = _num(row["op_share"])
         ev.update(
-            {
-                "profile_op_share": share,
-                "profile_op_ms": _num(row[ocol]) if ocol else None,
-                "profile_wall_ms": _num(row[wcol]) if wcol else None,
-            }
+            {"profile_op_share": share, "profile_op_ms": _num(row["op_ms"]), "profile_wall_ms": _num(row["wall_ms"])}
         )
         if share is not None:
             parts.append(
@@ -251,10 +211,8 @@ def kv_explanation(
     if roofline is not None and len(roofline):
         ours = _our_roofline_row(roofline)
         if ours is not None:
-            lb_col = pick(roofline, "lower_bound_ms_per_token", "roofline_ms_per_token", "bound_ms_per_token")
-            m_col = pick(roofline, "measured_ms_per_token", "ms_per_token_measured")
-            lb = _num(ours[lb_col]) if lb_col else None
-            measured = _num(ours[m_col]) if m_col else None
+            lb = _num(ours["lower_bound_ms_per_token"])
+            measured = _num(ours["measured_ms_per_token"])
             ev.update({"roofline_lower_bound_ms_per_token": lb, "measured_ms_per_token": measured})
             if lb and measured:
                 parts.append(
@@ -275,17 +233,12 @@ def kv_explanation(
     else:
         sentence += "."
     return sentence, ev
-    return sentence, ev
 
 
 def _our_roofline_row(roofline: pd.DataFrame) -> pd.Series | None:
-    """The row for our model on this machine (the anchor row is the 27B-class model on an H100)."""
-    for col in ("subject", "model", "name", "which", "row"):
-        if col in roofline.columns:
-            mask = ~roofline[col].astype(str).str.contains("anchor", case=False)
-            if mask.any():
-                return roofline[mask].iloc[0]
-    return roofline.iloc[-1]
+    """The row for our model on this machine (the anchor rows are the 27B-class model on an H100)."""
+    ours = roofline[roofline["subject"] == "ours"]
+    return ours.iloc[0] if len(ours) else None
 
 
 def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -304,14 +257,18 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         return Milestone(
             "M1", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
         )
-    ratios = kv_ratio_by_length(data.table("kv_summary"))
-    timings = data.table("kv_timings")
+    summary = data.require("kv_summary", "length", "speed_ratio", "speed_ratio_min", "speed_ratio_max")
+    ratios = kv_ratio_by_length(summary)
+    timings = data.require("kv_timings", "same_output", "kv_bytes_per_token")
+    fit = data.require("kv_fit", *FIT_COLUMNS)
+    profile = data.require("kv_profile", "op_share", "op_ms", "wall_ms")
+    roofline = data.require("roofline", *ROOFLINE_COLUMNS) if data.has("roofline") else None
     longest = ratios.loc[ratios["length"].idxmax()].to_dict()
     same = timings["same_output"]
     same_all = _bool_all(same)
     # The milestone is stated at the seed's longest length; a config with shorter lengths gets a note.
     target_len = int(data.seed_reference.get("kvcache", {}).get("max_length", 256))
-    sentence, ev = kv_explanation(longest, data.table("kv_fit"), data.table("kv_profile"), data.table("roofline"))
+    sentence, ev = kv_explanation(longest, fit, profile, roofline)
     evidence = {
         "length": int(longest["length"]),
         "ratio": float(longest["ratio"]),
@@ -322,9 +279,7 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "milestone_length": target_len,
         **ev,
     }
-    kvb = pick(timings, "kv_bytes_per_token")
-    if kvb:
-        evidence["kv_bytes_per_token"] = _num(timings[kvb].iloc[0])
+    evidence["kv_bytes_per_token"] = _num(timings["kv_bytes_per_token"].iloc[0])
     problems = []
     if not same_all:
         problems.append(f"same_output is false in {len(same) - int(same.astype(bool).sum())} of {len(same)} rows")
@@ -351,40 +306,8 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
 # ----------------------------------------------------------------------------------------- M2
 
 
-def expected_sampling_cells(sampling_config: dict) -> list[tuple[float, float, float]]:
-    """(temperature, top_p, min_p) of every grid cell in config: T x top-p, plus the min-p cells."""
-    cells = [
-        (float(t), float(p), 0.0)
-        for t in sampling_config.get("temperatures", [])
-        for p in sampling_config.get("top_ps", [])
-    ]
-    mp = sampling_config.get("min_p", {})
-    cells += [(float(t), 1.0, float(m)) for t in mp.get("temperatures", []) for m in mp.get("values", [])]
-    return cells
-
-
-def _present_cells(rep: pd.DataFrame) -> set[tuple[float, float, float]]:
-    t, p, m = pick(rep, "temperature"), pick(rep, "top_p"), pick(rep, "min_p")
-    out = set()
-    for _, row in rep.iterrows():
-        temp = _num(row[t]) if t else None
-        if temp is None or temp == 0:
-            continue  # greedy row
-        out.add(
-            (
-                round(temp, 6),
-                round(_num(row[p]) if p and _num(row[p]) is not None else 1.0, 6),
-                round(_num(row[m]) if m and _num(row[m]) is not None else 0.0, 6),
-            )
-        )
-    return out
-
-
-def _is_greedy(row: pd.Series) -> bool:
-    for name in ("cell", "label", "setting", "decoding", "truncation"):
-        if name in row and isinstance(row[name], str) and row[name].lower().startswith("greedy"):
-            return True
-    return "temperature" in row and (_num(row["temperature"]) in (None, 0.0))
+# The columns M2 reads from repetition.choose_default's record.
+DEFAULT_COLUMNS = ("cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")
 
 
 def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -402,27 +325,25 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         return Milestone(
             "M2", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
         )
-    rep, default, dist = data.table("sp_repetition"), data.table("sp_default"), data.table("sp_distribution")
-    expected = {
-        (round(t, 6), round(p, 6), round(m, 6)) for t, p, m in expected_sampling_cells(data.config.get("sampling", {}))
-    }
-    present = _present_cells(rep)
+    rep = data.require("sp_repetition", "cell")
+    default = data.require("sp_default", *DEFAULT_COLUMNS)
+    dist = data.require("sp_distribution", "cell", "kept")
+    expected = set(sampling_cells(data.config["sampling"])) if "sampling" in data.config else set()
+    present = set(rep["cell"].astype(str))
     absent = sorted(expected - present)
-    has_greedy = any(_is_greedy(row) for _, row in rep.iterrows())
+    has_greedy = GREEDY_CELL["cell"] in present
     problems = []
     if absent:
         problems.append(f"{len(absent)} grid cells absent from the repetition table: {absent[:5]}")
     if not has_greedy:
         problems.append("no greedy row in the repetition table")
     drow = default.iloc[0] if len(default) else None
-    rule_col = pick(default, "rule", "default_rule", "rule_text")
-    chosen_label = _cell_label(drow) if drow is not None else None
-    decision_col = pick(default, "min_p_decision", "minp_decision", "decision_min_p")
-    rule_text = str(drow[rule_col]) if drow is not None and rule_col else ""
-    decision = str(drow[decision_col]) if drow is not None and decision_col else ""
-    if decision and "min_p_reason" in default.columns:
+    chosen_label = str(drow["cell"]) if drow is not None else None
+    rule_text = str(drow["rule"]) if drow is not None else ""
+    decision = str(drow["min_p_decision"]) if drow is not None else ""
+    if decision:
         decision += f" ({drow['min_p_reason']})"
-    if drow is not None and "rule_satisfied" in default.columns and not bool(drow["rule_satisfied"]):
+    if drow is not None and not bool(drow["rule_satisfied"]):
         problems.append("no cell met the rule's in-corpus share floor, so the default is a fallback")
     if drow is None or not rule_text:
         problems.append("no default setting chosen with a stated rule")
@@ -480,34 +401,26 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
 
 
 def _kept_for(dist: pd.DataFrame, row: pd.Series) -> int | None:
-    """The kept-token count of the distribution table's cell matching the chosen default."""
-    kept = pick(dist, "kept", "kept_tokens")
-    if kept is None:
-        return None
-    mask = pd.Series(True, index=dist.index)
-    for name, default in (("temperature", None), ("top_p", 1.0), ("min_p", 0.0)):
-        if name in dist.columns and name in row.index and _num(row[name]) is not None:
-            mask &= (dist[name].fillna(default if default is not None else -1) - _num(row[name])).abs() < 1e-9
-        elif name in dist.columns and default is not None:
-            mask &= (dist[name].fillna(default) - default).abs() < 1e-9
-    return int(dist.loc[mask, kept].iloc[0]) if mask.any() else None
+    """The kept-token count of the distribution table's cell that is the chosen default."""
+    match = dist[dist["cell"] == row["cell"]]
+    return int(match["kept"].iloc[0]) if len(match) else None
 
 
 # ----------------------------------------------------------------------------------------- M3
 
 
-def choose_speculative(summary: pd.DataFrame) -> pd.Series:
-    """Best group by theoretical speedup costed with measured forward time, else by parameters."""
-    col = pick(
-        summary,
-        "speedup_theory_time",
-        "theoretical_speedup_time",
-        "speedup_time",
-        "speedup_theory_params",
-        "theoretical_speedup_params",
-        "speedup_params",
-    )
-    return summary.loc[summary[col].astype(float).idxmax()]
+# Milestone evidence key -> column of speculative_bench.summarise.
+SPEC_EVIDENCE = {
+    "alpha": "alpha",
+    "measured_yield": "tokens_per_target_forward",
+    "formula_E": "formula_tokens_per_target_forward",
+    "rel_error": "formula_rel_error",
+    "speedup_params": "speedup_theory_params",
+    "speedup_time": "speedup_theory_time",
+    "wall_speedup": "wall_speedup",
+    "wall_speedup_min": "wall_speedup_min",
+    "wall_speedup_max": "wall_speedup_max",
+}
 
 
 def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -527,52 +440,24 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         return Milestone(
             "M3", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
         )
-    summary, ident = data.table("spec_summary"), data.table("spec_identity")
-    best = data.table("spec_best")
-    if best is not None and "criterion" in best.columns and (best["criterion"] == "chosen").any():
-        best = best[best["criterion"] == "chosen"]
-    row = best.iloc[0] if best is not None and len(best) else choose_speculative(summary)
-    if best is not None and len(best) and "draft" in best.columns:  # enrich with the summary's numbers
-        match = summary[(summary["draft"] == row["draft"]) & (summary["k"] == row["k"])]
-        if len(match):
-            row = pd.concat([match.iloc[0], row[~row.index.isin(match.columns)]])
-    identical = ident[pick(ident, "identical", "same", "equal")]
+    summary = data.require("spec_summary", "draft", "k", *SPEC_EVIDENCE.values())
+    ident = data.require("spec_identity", "identical")
+    best = data.require("spec_best", "criterion", "draft", "k", "reason")
+    chosen = best[best["criterion"] == "chosen"]
+    if chosen.empty:
+        raise ReportInputError(f"{data.paths.get('spec_best', 'spec_best')} has no row with criterion 'chosen'")
+    row = chosen.iloc[0]
+    # the choice row, enriched with the summary's numbers for that group
+    match = summary[(summary["draft"] == row["draft"]) & (summary["k"] == row["k"])]
+    if len(match):
+        row = pd.concat([match.iloc[0], row[~row.index.isin(match.columns)]])
+    identical = ident["identical"]
     n_ok, n_all = int(identical.astype(bool).sum()), int(len(identical))
     ev = {"draft": str(row["draft"]), "k": int(row["k"]), "greedy_identical": n_ok, "greedy_cases": n_all}
-    names = {
-        "alpha": ("alpha",),
-        "measured_yield": (
-            "tokens_per_target_forward",
-            "measured_tokens_per_forward",
-            "yield_measured",
-            "measured_yield",
-        ),
-        "formula_E": ("formula_tokens_per_target_forward", "formula_E", "expected_tokens", "formula_e", "E"),
-        "rel_error": ("formula_rel_error", "rel_error", "relative_error"),
-        "speedup_params": ("speedup_theory_params", "theoretical_speedup_params", "speedup_params"),
-        "speedup_time": ("speedup_theory_time", "theoretical_speedup_time", "speedup_time"),
-        "wall_speedup": ("wall_speedup_median", "wall_speedup", "measured_speedup"),
-        "wall_speedup_min": ("wall_speedup_min",),
-        "wall_speedup_max": ("wall_speedup_max",),
-    }
-    for key, cands in names.items():
-        for c in cands:
-            if c in row.index and _num(row[c]) is not None:
-                ev[key] = float(row[c])
-                break
-    reason_col = next((c for c in ("reason", "rule") if c in row.index and isinstance(row[c], str)), None)
-    reason = (
-        row[reason_col]
-        if reason_col
-        else (
-            f"highest theoretical speedup among {len(summary)} groups: measured yield "
-            f"{_fmt(ev.get('measured_yield'), 3)} tokens per target forward (formula E {_fmt(ev.get('formula_E'), 3)}, "
-            f"alpha {_fmt(ev.get('alpha'), 3)}), theoretical speedup {_fmt(ev.get('speedup_time'), 2)}x with c from "
-            f"measured forward time ({_fmt(ev.get('speedup_params'), 2)}x with c from parameters)"
-        )
-    )
-    if "wall_speedup" in ev and not reason_col:
-        reason += f"; measured wall-clock speedup {_fmt(ev['wall_speedup'], 2)}x"
+    for key, column in SPEC_EVIDENCE.items():
+        if column in row.index and _num(row[column]) is not None:
+            ev[key] = float(row[column])
+    reason = str(row["reason"])  # speculative_bench.best_groups' own sentence
     ev["reason"] = reason
     problems = []
     if n_ok != n_all or n_all == 0:
@@ -584,16 +469,6 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
 
 
 # ----------------------------------------------------------------------------------------- M4
-
-
-def choose_quant(summary: pd.DataFrame, floor: float) -> pd.Series | None:
-    """Fewest effective bits whose loss increase is below the floor; ties go to the smaller increase."""
-    d = pick(summary, "delta_loss")
-    b = pick(summary, "effective_bits_per_weight", "effective_bits", "bits_per_weight", "bits")
-    ok = summary[summary[d].astype(float) < floor]
-    if ok.empty:
-        return None
-    return ok.sort_values([b, d]).iloc[0]
 
 
 def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -610,52 +485,41 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         return Milestone(
             "M4", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
         )
-    summary, nf = data.table("quant_summary"), data.table("noise_floor")
+    summary = data.require("quant_summary", "scheme", "delta_loss")
+    nf = data.require("noise_floor", "floor", "floor_source")
+    choice = data.require("quant_choice", "scheme", "delta_loss", "reason", "measured")
+    if choice.empty:
+        raise ReportInputError(f"{data.paths.get('quant_choice', 'quant_choice')} has no row")
     floor = float(nf["floor"].iloc[0])
-    stamps["repeats"] += (
-        f"; noise floor from {len(nf)} training runs ({nf['floor_source'].iloc[0] if 'floor_source' in nf else ''})"
-    )
-    choice = data.table("quant_choice")
-    row = choice.iloc[0] if choice is not None and len(choice) else choose_quant(summary, floor)
-    scheme_col = pick(summary, "scheme", "name")
+    stamps["repeats"] += f"; noise floor from {len(nf)} training runs ({nf['floor_source'].iloc[0]})"
+    # The choice is quant_bench.choose_scheme's; scheme "none" (delta NaN) says no scheme qualifies.
+    row = choice.iloc[0]
     choice_reason = None
-    if row is not None and (_num(row.get("delta_loss")) is None or str(row.get(scheme_col)) == "none"):
-        choice_reason = row.get("reason")  # the choice table says no scheme qualifies
+    if _num(row["delta_loss"]) is None or str(row["scheme"]) == "none":
+        choice_reason = row["reason"]
         row = None
-    if row is not None and choice is not None and scheme_col in row.index:
-        match = summary[summary[scheme_col] == row[scheme_col]]
+    else:
+        match = summary[summary["scheme"] == row["scheme"]]
         if len(match):
             row = pd.concat([match.iloc[0], row[~row.index.isin(match.columns)]])
-    speed_col = pick(summary, "speed", "speed_status", "measured", "speed_note")
-    measured_speed = []
-    if speed_col:
-        vals = summary[speed_col].astype(str)
-        measured_speed = sorted(summary.loc[~vals.str.contains("quality only", case=False), scheme_col].astype(str))
-    what = f"quality (validation loss, KL to fp32, top-1 agreement) for all {len(summary)} schemes; " + (
-        f"decode speed for {', '.join(measured_speed)}"
-        if measured_speed
-        else "speed: quality only, no low-bit kernel measured"
-    )
-    if choice is not None and len(choice) and isinstance(choice.iloc[0].get("measured"), str):
-        what = choice.iloc[0]["measured"]  # the quantization job's own statement
+    what = str(choice.iloc[0]["measured"])  # the quantization job's own statement
     ev = {"noise_floor": floor, "schemes": int(len(summary)), "measured": what}
     problems = []
     if row is None:
-        best = summary.loc[summary[pick(summary, "delta_loss")].astype(float).idxmin()]
-        ev.update({"best_scheme": str(best[scheme_col]), "best_delta_loss": float(best["delta_loss"])})
+        best = summary.loc[summary["delta_loss"].astype(float).idxmin()]
+        ev.update({"best_scheme": str(best["scheme"]), "best_delta_loss": float(best["delta_loss"])})
         problems.append(
             f"no scheme's loss increase is below the noise floor {floor:.4f} "
-            f"(smallest: {best[scheme_col]} {float(best['delta_loss']):+.4f})"
+            f"(smallest: {best['scheme']} {float(best['delta_loss']):+.4f})"
         )
         verdict = "No scheme chosen" + (f": {choice_reason}" if choice_reason else "") + "."
     else:
         delta = float(row["delta_loss"])
-        ev.update({"scheme": str(row[scheme_col]), "delta_loss": delta})
+        ev.update({"scheme": str(row["scheme"]), "delta_loss": delta})
         for name in (
             "bits",
             "method",
             "effective_bits_per_weight",
-            "effective_bits",
             "kl_mean_nats",
             "top1_agreement",
             "loss",
@@ -666,13 +530,12 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
                 ev[name] = row[name] if isinstance(row[name], str) else _num(row[name])
         if not delta < floor:
             problems.append(f"chosen scheme's loss increase {delta:+.4f} is not below the floor {floor:.4f}")
-        reason_col = next((c for c in ("reason", "rule") if c in row.index and isinstance(row[c], str)), None)
-        bits_eff = ev.get("effective_bits_per_weight") or ev.get("effective_bits")
+        bits_eff = ev.get("effective_bits_per_weight")
         verdict = (
-            f"Chosen: {row[scheme_col]} (delta loss {delta:+.4f} against noise floor {floor:.4f}"
+            f"Chosen: {row['scheme']} (delta loss {delta:+.4f} against noise floor {floor:.4f}"
             + (f", {_fmt(bits_eff, 2)} effective bits per weight" if bits_eff else "")
             + ")"
-            + (f"; {row[reason_col]}" if reason_col else "")
+            + f"; {row['reason']}"
             + "."
         )
     verdict += f" Measured: {what}."

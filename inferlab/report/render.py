@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.report import figures as F
-from inferlab.report.inputs import ReportInputs, pick
+from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import Milestone, kv_ratio_by_length
 
 Block = tuple
@@ -580,7 +580,7 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
         )
     ident = data.table("spec_identity")
     if ident is not None:
-        col = pick(ident, "identical", "same", "equal")
+        col = "identical"
         keys = [c for c in ("draft", "k") if c in ident.columns]
         agg = ident.groupby(keys)[col].agg(identical="sum", cases="count").reset_index() if keys else None
         if agg is not None:
@@ -607,7 +607,7 @@ def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -
     q = data.table("quant_summary").copy()
     sq = seed.get("quantization", {})
     theirs = {"int4_per_tensor_sym": sq.get("int4_per_tensor_sym_delta"), "int4_gptq": sq.get("int4_gptq_delta")}
-    scheme = pick(q, "scheme", "name")
+    scheme = "scheme"
     q["delta, seed page (theirs)"] = [theirs.get(str(s)) for s in q[scheme]]
     doc.add("h3", "Measured")
     cols = [

@@ -140,14 +140,3 @@ rule roofline:
         CONDA_ENV
     script:
         "../../scripts/roofline.py"
-
-
-KVCACHE_OUTPUTS = [
-    f"{KV_DIR}/timings.parquet",
-    f"{KV_DIR}/summary.parquet",
-    f"{KV_DIR}/fit.parquet",
-    f"{KV_DIR}/steps.parquet",
-    f"{KV_DIR}/profile.parquet",
-    "results/roofline/probe.parquet",
-    "results/roofline.parquet",
-]

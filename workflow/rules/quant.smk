@@ -64,6 +64,3 @@ rule quant_summary:
         CONDA_ENV
     script:
         "../../scripts/quant_summary.py"
-
-
-QUANT_OUTPUTS = [f"{QUANT_DIR}/summary.parquet", f"{QUANT_DIR}/choice.parquet"]

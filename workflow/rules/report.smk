@@ -1,27 +1,44 @@
 # The report: milestones M1-M4, the HTML/Markdown report with figures, the data exports and
-# the offline sampling workbench. It reads every experiment's final tables; a table that an
-# experiment does not (yet) produce shows as "missing" instead of breaking the report.
+# the offline sampling workbench. It takes every experiment's final tables by name, from the
+# rules that write them; a table the rule does not pass shows as "missing", and one it passes
+# that cannot be read fails the job with the rule to rerun.
 
-EXPERIMENT_OUTPUTS = [*FOUNDATION_OUTPUTS, *KVCACHE_OUTPUTS, *SAMPLING_OUTPUTS, *SPECULATIVE_OUTPUTS, *QUANT_OUTPUTS]
+from inferlab.report.catalog import FIGURE_CATALOG
 
-# One PNG per figure (stem -> category in Snakemake's own report); inferlab/report/figures.py
-# draws exactly these, and the report job stops if the two lists differ.
-REPORT_FIGURES = {
-    "training_curves": "Setup",
-    "kvcache_ratio": "1 KV cache",
-    "sampling_heatmaps": "2 Sampling",
-    "sampling_repetition": "2 Sampling",
-    "speculative_yield": "3 Speculative",
-    "quant_delta": "4 Quantization",
+# The report's key -> (rule, output). The key is the name inferlab/report reads the table by.
+REPORT_TABLES = {
+    "kv_timings": ("kvcache_summary", "timings"),
+    "kv_summary": ("kvcache_summary", "summary"),
+    "kv_fit": ("kvcache_summary", "fit"),
+    "kv_steps": ("kvcache_steps", "steps"),
+    "kv_profile": ("kvcache_steps", "profile"),
+    "roofline_probe": ("roofline_probe", 0),
+    "roofline": ("roofline", 0),
+    "sp_logits": ("sampling_distribution", "logits"),
+    "sp_distribution": ("sampling_distribution", "table"),
+    "sp_repetition": ("sampling_repetition", "summary"),
+    "sp_samples": ("sampling_repetition", "examples"),
+    "sp_default": ("sampling_default", 0),
+    "spec_summary": ("speculative_summary", "summary"),
+    "spec_best": ("speculative_summary", "best"),
+    "spec_identity": ("speculative_summary", "greedy"),
+    "quant_summary": ("quant_summary", "summary"),
+    "quant_choice": ("quant_summary", "choice"),
+    "noise_floor": ("noise_floor", 0),
+    "corpus_stats": ("prepare_corpus", "stats"),
 }
+
+
+def _rule_output(rule, output):
+    outputs = getattr(rules, rule).output
+    return outputs[output] if isinstance(output, int) else getattr(outputs, output)
 
 
 rule report:
     input:
-        experiments=EXPERIMENT_OUTPUTS,
+        **{key: _rule_output(rule, output) for key, (rule, output) in REPORT_TABLES.items()},
         metas=[checkpoint(name)["meta"] for name in MODELS],
         curves=[f"{checkpoint_dir(name)}/loss_curve.parquet" for name in MODELS],
-        stats=CORPUS["stats"],
         seed_reference="config/seed-reference.json",
     output:
         milestones="results/milestones.parquet",   # its rows are the first table of c13-report.html
@@ -30,12 +47,12 @@ rule report:
         inference_json="reports/c13-inference.json",
         precomputed_json="reports/precomputed.json",
         workbench=report("reports/sampling-workbench.html", caption="../report/workbench.rst", category="Report"),
-        figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=cat)
-                 for stem, cat in REPORT_FIGURES.items()],
+        figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
+                 for stem, fig in FIGURE_CATALOG.items()],
     params:
         models=MODELS,
         target=TARGET,
-        figure_stems=list(REPORT_FIGURES),
+        producers={key: rule for key, (rule, _) in REPORT_TABLES.items()},
         # the settings the milestone checks need (expected grid cells, repeat counts)
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},
         config=config,   # hashed into the report's provenance section
@@ -51,14 +68,3 @@ rule report:
         CONDA_ENV
     script:
         "../../scripts/report.py"
-
-
-REPORT_OUTPUTS = [
-    "results/milestones.parquet",
-    "reports/c13-report.html",
-    "reports/c13-report.md",
-    "reports/c13-inference.json",
-    "reports/precomputed.json",
-    "reports/sampling-workbench.html",
-    *[f"reports/figures/{stem}.png" for stem in REPORT_FIGURES],
-]

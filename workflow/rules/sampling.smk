@@ -3,24 +3,14 @@
 
 import re
 
+from inferlab.sampling_grid import repetition_cells, sampling_cells
+
 SAMPLING = config["sampling"]
 
 
-# Cell id -> settings, in grid order. Ids: T0.7_p0.9 (top-p), T1.0_minp0.05 (min-p).
-SAMPLING_CELLS = {
-    cell["cell"]: cell
-    for cell in [
-        *[{"cell": f"T{float(t)}_p{float(p)}", "truncation": "top_p", "temperature": float(t),
-           "top_p": float(p), "min_p": 0.0}
-          for t in SAMPLING["temperatures"] for p in SAMPLING["top_ps"]],
-        *[{"cell": f"T{float(t)}_minp{float(m)}", "truncation": "min_p", "temperature": float(t),
-           "top_p": 1.0, "min_p": float(m)}
-          for t in SAMPLING["min_p"]["temperatures"] for m in SAMPLING["min_p"]["values"]],
-    ]
-}
-# greedy is the baseline of the repetition table (temperature 0 = argmax)
-REPETITION_CELLS = {"greedy": {"cell": "greedy", "truncation": "none", "temperature": 0.0,
-                               "top_p": 1.0, "min_p": 0.0}, **SAMPLING_CELLS}
+# Cell id -> settings, in grid order (one enumeration, shared with the report).
+SAMPLING_CELLS = sampling_cells(SAMPLING)
+REPETITION_CELLS = repetition_cells(SAMPLING)
 
 
 rule sampling_distribution:
@@ -108,12 +98,3 @@ rule sampling_default:
         CONDA_ENV
     script:
         "../../scripts/sampling_default.py"
-
-
-SAMPLING_OUTPUTS = [
-    "results/sampling/logits.json",
-    "results/sampling/distribution.parquet",
-    "results/sampling/repetition.parquet",
-    "results/sampling/samples.parquet",
-    "results/sampling/default.parquet",
-]

@@ -98,10 +98,3 @@ rule speculative_summary:
         CONDA_ENV
     script:
         "../../scripts/speculative_summary.py"
-
-
-SPECULATIVE_OUTPUTS = [
-    f"{SPEC_DIR}/summary.parquet",
-    f"{SPEC_DIR}/best.parquet",
-    f"{SPEC_DIR}/greedy_identity.parquet",
-]

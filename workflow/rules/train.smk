@@ -80,9 +80,3 @@ rule noise_floor:
         CONDA_ENV
     script:
         "../../scripts/noise_floor.py"
-
-
-FOUNDATION_OUTPUTS = [
-    *[checkpoint(name)["meta"] for name in MODELS],
-    "results/noise_floor.parquet",
-]
