@@ -13,9 +13,6 @@ STAMP_KEYS = ("model", "machine", "repeats", "baseline")
 
 def job_stamps(machine: dict | None, model: dict | None, repeats, baseline, **extra) -> dict:
     """The provenance of a measuring job: the four stamps plus job-specific extras."""
-    clash = sorted(set(extra) & set(STAMP_KEYS))
-    if clash:
-        raise ValueError(f"extra provenance keys shadow the stamps: {clash}")
     return {"model": model, "machine": machine, "repeats": repeats, "baseline": baseline, **extra}
 
 
