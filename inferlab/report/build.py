@@ -9,8 +9,9 @@ from pathlib import Path
 from inferlab.provenance import format_machine, machine_stamp
 from inferlab.report import exports, runinfo
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones import Milestone, check_all, milestones_table
+from inferlab.report.milestones import Milestone, check_all
 from inferlab.report.render import build_document, stamp_lines, to_html, to_markdown
+from inferlab.report.stamps import milestones_table
 from inferlab.report.workbench import grid_records, workbench_html
 from inferlab.tables import write_json, write_table
 

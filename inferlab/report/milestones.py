@@ -8,13 +8,15 @@ to make it pass. A milestone whose tables were not produced is "missing".
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
+from inferlab.report.kv_explanation import FIT_COLUMNS, ROOFLINE_COLUMNS, kv_explanation, kv_ratio_by_length
+from inferlab.report.numbers import fmt_number as _fmt
+from inferlab.report.numbers import number as _num
+from inferlab.report.stamps import stamps_for
 from inferlab.sampling_grid import GREEDY_CELL, sampling_cells
 
 PASS, FAIL, MISSING = "pass", "fail", "missing"
@@ -32,107 +34,7 @@ class Milestone:
     problems: list[str] = field(default_factory=list)  # why a "fail" failed
 
 
-# ---------------------------------------------------------------------------------------- stamps
-
-MACHINE_KEYS = (
-    "cpu_model",
-    "cpu_cores",
-    "torch_threads",
-    "device",
-    "device_name",
-    "torch_version",
-    "os",
-    "git_commit",
-    "git_dirty",
-)
-
-
-def model_stamp_from(data: ReportInputs, key: str | None = None, name: str | None = None) -> dict:
-    """The model stamp: from the table's provenance when it has one, else from the checkpoint meta."""
-    prov = data.provenance.get(key, {}) if key else {}
-    stamp = prov.get("model") if isinstance(prov.get("model"), dict) else None
-    if stamp and "checkpoint_sha256" in stamp:
-        return {
-            "model": stamp.get("model", name),
-            "params": stamp.get("params"),
-            "checkpoint_sha256": stamp.get("checkpoint_sha256"),
-            "val_loss": stamp.get("val_loss"),
-        }
-    name = name or data.target
-    meta = data.metas.get(name)
-    if meta is None:
-        return {"model": name, "params": None, "checkpoint_sha256": None, "val_loss": None}
-    return {
-        "model": name,
-        "params": meta.get("params"),
-        "checkpoint_sha256": meta.get("weights_sha256"),
-        "val_loss": meta.get("val_loss"),
-    }
-
-
-def machine_stamp_from(data: ReportInputs, key: str | None, fallback: dict | None = None) -> dict:
-    """The machine stamp recorded with the table (where the numbers were measured)."""
-    prov = data.provenance.get(key, {}) if key else {}
-    machine = prov.get("machine") if isinstance(prov.get("machine"), dict) else None
-    if machine is None and "cpu_model" in prov:  # tables whose provenance *is* the machine stamp
-        machine = prov
-    source = "table provenance"
-    if machine is None:
-        machine, source = (fallback or {}), "report job (the table carries no machine stamp)"
-    out = {k: machine.get(k) for k in MACHINE_KEYS}
-    out["source"] = source
-    return out
-
-
-def repeats_from(data: ReportInputs, key: str | None, default: str) -> str:
-    """The table's `repeats` stamp (inferlab.stamps), with the setup it counts in words."""
-    prov = data.provenance.get(key, {}) if key else {}
-    value = prov.get("repeats")
-    if value in (None, ""):
-        return default
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False) + (f" ({default})" if default != "n/a" else "")
-
-
-def baseline_from(data: ReportInputs, key: str | None, default: str) -> str:
-    prov = data.provenance.get(key, {}) if key else {}
-    value = prov.get("baseline")
-    if value in (None, ""):
-        return default
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def stamps_for(
-    data: ReportInputs,
-    key: str | None,
-    repeats: str,
-    baseline: str,
-    fallback_machine: dict | None,
-    model: str | None = None,
-) -> dict:
-    return {
-        "model": model_stamp_from(data, key, model),
-        "machine": machine_stamp_from(data, key, fallback_machine),
-        "repeats": repeats_from(data, key, repeats),
-        "baseline": baseline_from(data, key, baseline),
-    }
-
-
 # ------------------------------------------------------------------------------------- helpers
-
-
-def _num(value) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
-
-
-def _fmt(value, digits: int = 3) -> str:
-    value = _num(value)
-    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def _bool_all(series: pd.Series) -> bool:
@@ -140,105 +42,6 @@ def _bool_all(series: pd.Series) -> bool:
 
 
 # ----------------------------------------------------------------------------------------- M1
-
-
-def kv_ratio_by_length(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per length: the summary's speed ratio (no-cache time / cache time) with min and max.
-
-    summary is kvbench.summarize_timings' table (the ratio repeats on both mode rows of a length).
-    """
-    rows = summary.dropna(subset=["speed_ratio"]).groupby("length", as_index=False).first()
-    return pd.DataFrame(
-        {
-            "length": rows["length"].astype(int),
-            "ratio": rows["speed_ratio"].astype(float),
-            "ratio_min": rows["speed_ratio_min"].astype(float),
-            "ratio_max": rows["speed_ratio_max"].astype(float),
-        }
-    )
-
-
-# The columns M1 reads (kvbench.fit_table, roofline.our_roofline).
-FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
-               "fixed_share_no_cache", "a_cache_ms")
-ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_ms_per_token")
-
-
-def kv_explanation(
-    ratio_row: dict, fit: pd.DataFrame | None, profile: pd.DataFrame | None, roofline: pd.DataFrame | None
-) -> tuple[str, dict]:
-    """M1's sentence, assembled only from measured numbers (fit, profiler, roofline)."""
-    length = int(ratio_row["length"])
-    ev: dict = {}
-    parts = [f"At {length} generated tokens the cache makes decoding {_fmt(ratio_row['ratio'], 2)}x faster"]
-    flop = None
-    if fit is not None:
-        row = fit[fit["length"] == length].iloc[0] if (fit["length"] == length).any() else fit.iloc[-1]
-        flop = _num(row["flop_estimate_ratio"])
-        a = _num(row["a_ms"])
-        b = _num(row["b_ms_per_position"])
-        predicted = _num(row["predicted_ratio"])
-        ev.update(
-            {"flop_estimate_ratio": flop, "a_ms": a, "b_ms_per_position": b, "predicted_ratio_from_fit": predicted}
-        )
-        if flop is not None:
-            parts[0] += f", while the FLOP estimate predicts {_fmt(flop, 1)}x"
-        if a is not None and b is not None:
-            share = _num(row["fixed_share_no_cache"])
-            where = f"of the whole no-cache generation of {length} tokens"
-            ev["fixed_share_no_cache"] = share
-            text = (
-                f"the no-cache step fits a + b*positions with a = {_fmt(a, 3)} ms fixed and "
-                f"b = {_fmt(b, 4)} ms per position, so the fixed part is {share:.0%} {where}"
-            )
-            if _num(row["a_cache_ms"]) is not None:
-                ev["a_cache_ms"] = _num(row["a_cache_ms"])
-                text += f", while a cached step still costs a fixed {_fmt(row['a_cache_ms'], 3)} ms"
-            if predicted is not None:
-                text += f"; this fit predicts {_fmt(predicted, 2)}x"
-            parts.append(text)
-    if profile is not None and len(profile):
-        row = profile.iloc[0]
-        share = _num(row["op_share"])
-        ev.update(
-            {"profile_op_share": share, "profile_op_ms": _num(row["op_ms"]), "profile_wall_ms": _num(row["wall_ms"])}
-        )
-        if share is not None:
-            parts.append(
-                f"the profiler puts {share:.0%} of a cached step's wall time "
-                f"({_fmt(ev['profile_wall_ms'], 3)} ms) inside operators and {1 - share:.0%} outside them"
-            )
-    if roofline is not None and len(roofline):
-        ours = _our_roofline_row(roofline)
-        if ours is not None:
-            lb = _num(ours["lower_bound_ms_per_token"])
-            measured = _num(ours["measured_ms_per_token"])
-            ev.update({"roofline_lower_bound_ms_per_token": lb, "measured_ms_per_token": measured})
-            if lb and measured:
-                parts.append(
-                    f"and the roofline lower bound is {_fmt(lb, 4)} ms/token against {_fmt(measured, 3)} ms "
-                    f"measured ({measured / lb:.0f}x above the bound)"
-                )
-    sentence = "; ".join(parts)
-    share = ev.get("fixed_share_no_cache")
-    if share is not None and flop is not None:
-        # the conclusion follows the numbers: which term of the fit dominates
-        sentence += (
-            f". So the ratio stays far below the FLOP estimate because {share:.0%} of the no-cache time is the fixed "
-            "per-step cost a, which the cache does not remove; only the per-position part b shrinks."
-            if share >= 0.5
-            else f". The per-position cost b dominates ({1 - share:.0%} of the no-cache time), so the cache's "
-            "saving shows up, but the fixed per-step cost a still holds the ratio below the FLOP estimate."
-        )
-    else:
-        sentence += "."
-    return sentence, ev
-
-
-def _our_roofline_row(roofline: pd.DataFrame) -> pd.Series | None:
-    """The row for our model on this machine (the anchor rows are the 27B-class model on an H100)."""
-    ours = roofline[roofline["subject"] == "ours"]
-    return ours.iloc[0] if len(ours) else None
 
 
 def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -544,48 +347,8 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     return Milestone("M4", title, FAIL if problems else PASS, verdict, ev, stamps, [], problems)
 
 
-# ------------------------------------------------------------------------------------- table
+# ------------------------------------------------------------------------------------- all
 
 
 def check_all(data: ReportInputs, machine_fallback: dict | None = None) -> list[Milestone]:
     return [check(data, machine_fallback) for check in (check_m1, check_m2, check_m3, check_m4)]
-
-
-def milestones_table(milestones: list[Milestone]) -> pd.DataFrame:
-    """results/milestones.parquet: one row per milestone, evidence as JSON, stamps as flat columns."""
-    rows = []
-    for m in milestones:
-        model, machine = m.stamps.get("model", {}), m.stamps.get("machine", {})
-        rows.append(
-            {
-                "milestone": m.id,
-                "title": m.title,
-                "status": m.status,
-                "verdict": m.verdict,
-                "evidence_json": json.dumps(m.evidence, ensure_ascii=False, sort_keys=True, default=str),
-                "problems": "; ".join(m.problems),
-                "missing_inputs": "; ".join(m.missing_inputs),
-                "model": model.get("model"),
-                "model_params": model.get("params"),
-                "model_checkpoint_sha256": model.get("checkpoint_sha256"),
-                "model_val_loss": model.get("val_loss"),
-                "machine_cpu_model": machine.get("cpu_model"),
-                "machine_cpu_cores": machine.get("cpu_cores"),
-                "machine_torch_threads": machine.get("torch_threads"),
-                "machine_device": machine.get("device"),
-                "machine_device_name": machine.get("device_name"),
-                "machine_torch_version": machine.get("torch_version"),
-                "machine_os": machine.get("os"),
-                "machine_git_commit": machine.get("git_commit"),
-                "machine_git_dirty": machine.get("git_dirty"),
-                "machine_stamp_source": machine.get("source"),
-                "repeats": m.stamps.get("repeats"),
-                "baseline": m.stamps.get("baseline"),
-            }
-        )
-    df = pd.DataFrame(rows)
-    for col in ("model_params", "machine_cpu_cores", "machine_torch_threads"):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    df["model_val_loss"] = pd.to_numeric(df["model_val_loss"], errors="coerce")
-    df["machine_git_dirty"] = df["machine_git_dirty"].astype("boolean")
-    return df

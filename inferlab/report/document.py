@@ -1,0 +1,196 @@
+"""The report as a list of blocks, rendered twice: self-contained HTML and diffable Markdown.
+
+Blocks: ("h1"|"h2"|"h3"|"p"|"note", text), ("table", DataFrame, caption), ("figure", stem, caption),
+("stamps", stamps dict), ("milestone", Milestone). The HTML embeds figures as base64 PNG and
+has no external reference of any kind; the Markdown links figures/<stem>.png next to it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from inferlab.report.milestones import Milestone
+
+Block = tuple
+
+
+@dataclass
+class Document:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+    figures: dict[str, bytes] = field(default_factory=dict)  # stem -> PNG
+
+    def add(self, *block) -> None:
+        self.blocks.append(tuple(block))
+
+
+# ------------------------------------------------------------------------------ formatting
+
+
+def fmt(value) -> str:
+    """Numbers for tables: ints with thousands separators, floats to ~4 significant digits."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        a = abs(value)
+        short = repr(value)
+        if len(short) <= 6 and "e" not in short and a < 1e5:  # settings like 0.7, 1.3, 0.05 as written
+            return short.removesuffix(".0") if short.endswith(".0") else short
+        if a == 0:
+            return "0"
+        if a >= 1e6:
+            return f"{value:.4g}"
+        if a >= 100:
+            return f"{value:,.1f}"
+        if a >= 1:
+            return f"{value:.3f}"
+        if a >= 1e-3:
+            return f"{value:.4f}"
+        return f"{value:.3g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _cells(df: pd.DataFrame) -> list[list[str]]:
+    out = []
+    for row in df.itertuples(index=False):
+        out.append([fmt(v.item() if hasattr(v, "item") else v) for v in row])
+    return out
+
+
+def stamp_lines(stamps: dict) -> list[str]:
+    model, machine = stamps.get("model", {}), stamps.get("machine", {})
+    sha = str(model.get("checkpoint_sha256") or "n/a")
+    dirty = {True: " (dirty)", False: "", None: " (dirty flag unknown)"}.get(machine.get("git_dirty"), "")
+    return [
+        f"Model: {model.get('model')}, {fmt(model.get('params'))} params, checkpoint sha256 {sha[:16]}…, "
+        f"val loss {fmt(model.get('val_loss'))}",
+        f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')}), CPU "
+        f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch threads, "
+        f"torch {machine.get('torch_version')}, {machine.get('os')}, git {str(machine.get('git_commit'))[:12]}{dirty}"
+        + (f" [stamp from {machine.get('source')}]" if machine.get("source") not in (None, "table provenance") else ""),
+        f"Repeats: {stamps.get('repeats')}",
+        f"Baseline: {stamps.get('baseline')}",
+    ]
+
+
+# ------------------------------------------------------------------------------ HTML
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:72em;margin:1.5em auto;padding:0 1em;
+color:#222;line-height:1.4}
+table{border-collapse:collapse;margin:.5em 0 1em;font-size:.85em;display:block;overflow-x:auto}
+td,th{border:1px solid #ccc;padding:.15em .45em}
+td{text-align:right}td.t{text-align:left}th{background:#f3f3f3}
+caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
+.stamps{background:#f7f7fb;border-left:4px solid #88a;padding:.4em .8em;font-size:.85em}
+.stamps ul{margin:0;padding-left:1.2em}
+.pass{color:#17692d;font-weight:700}.fail{color:#b00020;font-weight:700}.missing{color:#a66f00;font-weight:700}
+.milestone{border:1px solid #ddd;padding:.5em 1em;margin:1em 0}.note{color:#555;font-size:.9em}
+.theirs{background:#fff6e0}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:.85em;color:#444}"""
+
+
+def _numeric(text: str) -> bool:
+    return bool(text) and text.replace(",", "").replace(".", "", 1).lstrip("-+").isdigit()
+
+
+def _html_table(df: pd.DataFrame, caption: str) -> str:
+    head = "".join(
+        f"<th{' class=theirs' if 'seed page' in str(c) else ''}>{html.escape(str(c))}</th>" for c in df.columns
+    )
+    body = []
+    for row in _cells(df):
+        body.append(
+            "<tr>" + "".join(f"<td{'' if _numeric(c) else ' class=t'}>{html.escape(c)}</td>" for c in row) + "</tr>"
+        )
+    return (
+        f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def to_html(doc: Document) -> str:
+    parts = [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(doc.title)}</title>'
+        f"<style>{_CSS}</style></head><body>"
+    ]
+    for block in doc.blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            parts.append(f"<{kind}>{html.escape(block[1])}</{kind}>")
+        elif kind == "p":
+            parts.append(f"<p>{html.escape(block[1])}</p>")
+        elif kind == "note":
+            parts.append(f'<p class="note">{html.escape(block[1])}</p>')
+        elif kind == "table":
+            parts.append(_html_table(block[1], block[2]))
+        elif kind == "figure":
+            png = base64.b64encode(doc.figures[block[1]]).decode()
+            parts.append(
+                f'<figure><img alt="{html.escape(block[2])}" src="data:image/png;base64,{png}">'
+                f"<figcaption>{html.escape(block[2])}</figcaption></figure>"
+            )
+        elif kind == "stamps":
+            items = "".join(f"<li>{html.escape(line)}</li>" for line in stamp_lines(block[1]))
+            parts.append(f'<div class="stamps"><ul>{items}</ul></div>')
+        elif kind == "milestone":
+            m: Milestone = block[1]
+            parts.append(
+                f'<div class="milestone"><p><b>{html.escape(m.title)}</b>: '
+                f'<span class="{m.status}">{m.status.upper()}</span></p><p>{html.escape(m.verdict)}</p>'
+            )
+            items = "".join(f"<li>{html.escape(line)}</li>" for line in stamp_lines(m.stamps))
+            parts.append(f'<div class="stamps"><ul>{items}</ul></div></div>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------ Markdown
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(doc: Document, figure_dir: str = "figures") -> str:
+    lines = []
+    for block in doc.blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            lines += ["#" * int(kind[1]) + " " + block[1], ""]
+        elif kind == "p":
+            lines += [block[1], ""]
+        elif kind == "note":
+            lines += [f"*{block[1]}*", ""]
+        elif kind == "table":
+            df = block[1]
+            lines += [
+                f"**{block[2]}**",
+                "",
+                "| " + " | ".join(_md_escape(c) for c in df.columns) + " |",
+                "|" + "---|" * len(df.columns),
+            ]
+            lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in _cells(df)]
+            lines.append("")
+        elif kind == "figure":
+            lines += [f"![{block[2]}]({figure_dir}/{block[1]}.png)", ""]
+        elif kind == "stamps":
+            lines += [f"> {line}  " for line in stamp_lines(block[1])] + [""]
+        elif kind == "milestone":
+            m: Milestone = block[1]
+            lines += [f"**{m.title}: {m.status.upper()}**", "", m.verdict, ""]
+            lines += [f"> {line}  " for line in stamp_lines(m.stamps)] + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------ content
