@@ -6,8 +6,6 @@ import statistics
 
 import pandas as pd
 
-SEED_FLOOR = 0.020  # the seed page's floor, printed beside ours for reference only
-
 
 def noise_floor_table(runs: list[dict], sigmas: float, use: str, fixed_value: float) -> pd.DataFrame:
     """runs: dicts with name, seed, val_loss. One row per run; floor columns repeat on every row."""
@@ -22,9 +20,17 @@ def noise_floor_table(runs: list[dict], sigmas: float, use: str, fixed_value: fl
         "range": max(losses) - min(losses), "sigmas": sigmas, "floor_measured": measured,
         "floor_fixed": fixed_value, "floor_source": use,
         "floor": measured if use == "measured" else fixed_value,
-        "seed_page_floor": SEED_FLOOR,
     } for r in runs]
     return pd.DataFrame(rows)
+
+
+def within_noise(delta_loss: float, floor: float) -> bool:
+    """The one definition of "within noise": the loss increase is below the floor.
+
+    A decrease counts too (a quantised model that happens to score better is not worse than fp32).
+    The quantization table, the choice rule and the report's figure all use this.
+    """
+    return delta_loss < floor
 
 
 def floor_value(table: pd.DataFrame) -> float:

@@ -18,6 +18,7 @@ from torch import nn
 
 from inferlab import quant
 from inferlab.gptq import calibration_windows
+from inferlab.noise import within_noise
 
 BASELINE = "fp32 weights of the same checkpoint, evaluated in the same job with the same code"
 QUALITY_ONLY = "quality only"
@@ -82,7 +83,7 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
         "seq_len": seq_len, "eval_tokens": quality["eval_tokens"],
         "loss": quality["loss"], "fp32_loss": quality["fp32_loss"], "delta_loss": delta,
         "kl_mean_nats": quality["kl_mean_nats"], "top1_agreement": quality["top1_agreement"],
-        "noise_floor": floor, "within_noise": abs(delta) < floor, "below_floor": delta < floor,
+        "noise_floor": floor, "within_noise": within_noise(delta, floor),
         "calibration_windows": n_calibration, "quantize_s": quantize_s,
         "kernel": scheme.kernel or "none", "speed_status": status,
         "speed_reps": reps if measurable else 0, "speed_new_tokens": new_tokens if measurable else 0,
@@ -119,7 +120,7 @@ def choose_scheme(summary: pd.DataFrame) -> pd.DataFrame:
     """One row: the chosen scheme by CHOICE_RULE, the numbers behind it and a reason sentence."""
     floor = float(summary["noise_floor"].iloc[0])
     rows = summary.to_dict("records")
-    eligible = sorted((r for r in rows if r["delta_loss"] < floor), key=choice_key)
+    eligible = sorted((r for r in rows if within_noise(r["delta_loss"], floor)), key=choice_key)
     measured = (f"quality (loss, KL to fp32, top-1 agreement) on {int(summary['eval_tokens'].iloc[0]):,} "
                 f"validation tokens for all {len(summary)} schemes; " + _speed_sentence(summary))
     base = {"rule": CHOICE_RULE, "noise_floor": floor, "n_schemes": len(rows), "n_below_floor": len(eligible),

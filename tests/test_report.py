@@ -13,7 +13,7 @@ import torch
 
 from inferlab import kvbench, quant_bench, repetition, speculative_bench
 from inferlab.model import GPT, GPTConfig
-from inferlab.noise import floor_value, noise_floor_table
+from inferlab.noise import floor_value, noise_floor_table, within_noise
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
 from inferlab.report.milestones import FAIL, MISSING, PASS, check_m1, check_m2, check_m3, check_m4
@@ -167,8 +167,8 @@ def quant_tables(floor: float = 1.0) -> dict[str, pd.DataFrame]:
             {"name": "ref_baseline_seed101", "seed": 101, "val_loss": 4.707}]
     nf = noise_floor_table(runs, sigmas=3, use="fixed", fixed_value=floor)
     floor = floor_value(nf)
-    scored = [pd.DataFrame([{**row, "noise_floor": floor, "within_noise": abs(row["delta_loss"]) < floor,
-                             "below_floor": row["delta_loss"] < floor}]) for row in quant_rows()]
+    scored = [pd.DataFrame([{**row, "noise_floor": floor, "within_noise": within_noise(row["delta_loss"], floor)}])
+              for row in quant_rows()]
     summary = quant_bench.summary_table(scored, QUANT_SCHEMES)
     return {"quant_summary": summary, "quant_choice": quant_bench.choose_scheme(summary), "noise_floor": nf}
 

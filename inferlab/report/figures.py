@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from inferlab.noise import within_noise  # noqa: E402
 from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
 
 FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
@@ -218,7 +219,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     scheme = "scheme"
     s = summary.sort_values("delta_loss")
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(s) + 1.5))
-    colors = ["#2e8b57" if floor is not None and d < floor else "#c0392b" for d in s["delta_loss"]]
+    colors = ["#2e8b57" if floor is not None and within_noise(d, floor) else "#c0392b" for d in s["delta_loss"]]
     ax.barh(s[scheme].astype(str), s["delta_loss"], color=colors)
     if floor is not None:
         ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our noise floor +/-{floor:.4f}")

@@ -92,7 +92,7 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
                 "floor",
             ],
         ).copy()
-        t["floor, seed page (theirs)"] = seed.get("noise_floor", {}).get("floor", 0.020)
+        t["floor, seed page (theirs)"] = seed.get("noise_floor", {}).get("floor")
         doc.add("table", t, "Noise floor: final validation loss of reruns that differ only in seed")
         snf = seed.get("noise_floor", {})
         doc.add(
@@ -100,7 +100,7 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
             f"Our floor: {float(nf['floor'].iloc[0]):.4f} ({nf['floor_source'].iloc[0]}; measured "
             f"{nf['sigmas'].iloc[0]:g} sigma = {float(nf['floor_measured'].iloc[0]):.4f} over {len(nf)} runs, "
             f"std {float(nf['std'].iloc[0]):.4f}, range {float(nf['range'].iloc[0]):.4f}). The seed page's floor: "
-            f"{snf.get('floor')} (3 sigma over their {snf.get('runs')} runs, std {snf.get('std')}, "
+            f"{snf.get('floor')} ({snf.get('sigmas')} sigma over their {snf.get('runs')} runs, std {snf.get('std')}, "
             f"range {snf.get('range')}; their model, their machine).",
         )
     else:
@@ -265,7 +265,8 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
         )
         doc.add(
             "note",
-            "The seed page's reference cell (T=1, top-p 0.9: entropy 4.895, 352 kept) is their model's; "
+            f"The seed page's reference cell (T={ref.get('temperature'):g}, top-p {ref.get('top_p'):g}: entropy "
+            f"{ref.get('entropy')}, {ref.get('kept')} kept) is their model's; "
             "their entropy unit is not stated. The sampling workbench (sampling-workbench.html) recomputes "
             "every row of this table in the browser.",
         )

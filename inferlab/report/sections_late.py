@@ -52,7 +52,7 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
     sp = seed.get("speculative", {})
     doc.add(
         "note",
-        f"Seed page (their model, their machine): formula within {sp.get('formula_max_rel_error', 0.01):.0%} "
+        f"Seed page (their model, their machine): formula within {sp.get('formula_max_rel_error'):.0%} "
         f"of measured; best by parameter cost: {sp.get('best_by_params', {}).get('draft')} "
         f"k={sp.get('best_by_params', {}).get('k')}; greedy identity {sp.get('greedy_identical')}; "
         f"wall clock {sp.get('wall_clock')}.",
@@ -136,7 +136,8 @@ def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -
         doc.add("table", choice.T.reset_index().set_axis(["field", "value"], axis=1), "The choice rule and its result")
     doc.add(
         "note",
-        f"Seed page (their model): {sq.get('within_floor')} within their floor 0.020; INT4 per-tensor "
+        f"Seed page (their model): {sq.get('within_floor')} within their floor "
+        f"{seed.get('noise_floor', {}).get('floor'):.3f}; INT4 per-tensor "
         f"+{sq.get('int4_per_tensor_sym_delta')}, INT4 GPTQ +{sq.get('int4_gptq_delta')}; {sq.get('int3')}; "
         f"{sq.get('measured')}.",
     )
