@@ -1,11 +1,14 @@
-"""Validation loss on the full split: every token predicted exactly once."""
+"""Validation loss on the full split (every token predicted exactly once), and a model against its fp32 reference."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TextIO
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
 
 
 def windows(ids: torch.Tensor, seq_len: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -42,3 +45,41 @@ def evaluate_loss(model: torch.nn.Module, ids: torch.Tensor, seq_len: int, batch
             on_batch(logits, y)
     model.train(was_training)
     return total / count
+
+
+
+
+@torch.no_grad()
+def evaluate_against_reference(reference: nn.Module, candidate: nn.Module, ids: torch.Tensor,
+                               seq_len: int, batch_size: int = 16,
+                               progress_file: TextIO | None = None) -> dict:
+    """Both losses through evaluate_loss, plus mean KL(ref || candidate) and top-1 agreement.
+
+    The candidate's pass recomputes the reference logits batch by batch (same windows, same
+    order), so nothing the size of the validation logits is ever held in memory.
+    """
+    reference.eval()
+    n_batches = sum(1 for _ in windows(ids, seq_len, batch_size))
+    bar = tqdm(total=2 * n_batches, desc="eval fp32 + quantised", file=progress_file,
+               mininterval=5.0, ascii=True)
+    ref_loss = evaluate_loss(reference, ids, seq_len, batch_size, on_batch=lambda *_: bar.update())
+    device = next(reference.parameters()).device
+    batches = windows(ids, seq_len, batch_size)
+    totals = {"kl": 0.0, "agree": 0, "tokens": 0}
+
+    def on_batch(logits: torch.Tensor, targets: torch.Tensor) -> None:
+        x, y = next(batches)
+        if not torch.equal(y.to(targets.device), targets):
+            raise RuntimeError("reference and candidate windows went out of step")
+        ref_logp = F.log_softmax(reference(x.to(device)), dim=-1)  # (B, T, V)
+        logp = F.log_softmax(logits, dim=-1)
+        totals["kl"] += (ref_logp.exp() * (ref_logp - logp)).sum().item()
+        totals["agree"] += (ref_logp.argmax(-1) == logp.argmax(-1)).sum().item()
+        totals["tokens"] += targets.numel()
+        bar.update()
+
+    loss = evaluate_loss(candidate, ids, seq_len, batch_size, on_batch=on_batch)
+    bar.close()
+    return {"loss": loss, "fp32_loss": ref_loss, "delta_loss": loss - ref_loss,
+            "kl_mean_nats": totals["kl"] / totals["tokens"],
+            "top1_agreement": totals["agree"] / totals["tokens"], "eval_tokens": totals["tokens"]}

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from inferlab.quant import QuantizedWeight, grid_params, quantize_codes
+from inferlab.grids import QuantizedWeight, grid_params, quantize_codes
 
 
 def calibration_windows(train_ids: torch.Tensor, n_windows: int, seq_len: int, seed: int) -> torch.Tensor:
@@ -54,9 +54,11 @@ class HessianAccumulator:
 
 @torch.no_grad()
 def gptq_quantize_weight(weight: torch.Tensor, hessian: torch.Tensor, bits: int, symmetric: bool = False,
-                         group_size: int | None = None, damp: float = 0.01, block_size: int = 128
-                         ) -> QuantizedWeight:
-    """GPTQ for one (N, K) weight given its (K, K) Hessian; per-channel unless group_size is set."""
+                         group_size: int | None = None, *, damp: float, block_size: int) -> QuantizedWeight:
+    """GPTQ for one (N, K) weight given its (K, K) Hessian; per-channel unless group_size is set.
+
+    damp and block_size have no defaults: the workflow takes them from config (quantization.gptq).
+    """
     W = weight.detach().float().clone()
     n, k = W.shape
     group = min(group_size or k, k)
@@ -145,7 +147,7 @@ def _layer_hessian(block: nn.Module, linear: nn.Linear, inputs: list[tuple]) -> 
 
 @torch.no_grad()
 def gptq_quantize_model(model: nn.Module, calibration: torch.Tensor, bits: int, symmetric: bool = False,
-                        group_size: int | None = None, damp: float = 0.01, block_size: int = 128,
+                        group_size: int | None = None, *, damp: float, block_size: int,
                         batch_size: int = 16, progress_file: TextIO | None = None
                         ) -> dict[str, QuantizedWeight]:
     """Quantises every Linear in model.blocks in place (dequantised weights), block by block.
@@ -160,7 +162,7 @@ def gptq_quantize_model(model: nn.Module, calibration: torch.Tensor, bits: int, 
     for bi, block in enumerate(model.blocks):
         for name, linear in [(n, m) for n, m in block.named_modules() if isinstance(m, nn.Linear)]:
             H = _layer_hessian(block, linear, inputs)  # earlier Linears of this block already quantised
-            qw = gptq_quantize_weight(linear.weight, H, bits, symmetric, group_size, damp, block_size)
+            qw = gptq_quantize_weight(linear.weight, H, bits, symmetric, group_size, damp=damp, block_size=block_size)
             linear.weight.copy_(qw.dequantize())
             results[f"blocks.{bi}.{name}"] = qw
             bar.update()

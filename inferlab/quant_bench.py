@@ -9,6 +9,7 @@ model against the fp32 model, interleaved rep by rep.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from typing import TextIO
 
@@ -16,19 +17,23 @@ import pandas as pd
 import torch
 from torch import nn
 
-from inferlab import quant
+from inferlab import quant, quant_kernels
+from inferlab.evaluation import evaluate_against_reference
+from inferlab.generate import generate
 from inferlab.gptq import calibration_windows
 from inferlab.noise import within_noise
+from inferlab.timing import timed_ms
 
 BASELINE = "fp32 weights of the same checkpoint, evaluated in the same job with the same code"
 QUALITY_ONLY = "quality only"
+GPTQ_KEYS = ("calibration_windows", "damp", "block_size", "seed")  # config quantization.gptq
 
 
 def speed_status(scheme: quant.Scheme, device: str) -> tuple[str, bool]:
     """What the speed columns mean for this scheme, and whether a measurement is made."""
     if scheme.kernel is None:
         return f"{QUALITY_ONLY}: no low-bit matmul kernel for this layout", False
-    kernel = quant.KERNELS[scheme.kernel]
+    kernel = quant_kernels.KERNELS[scheme.kernel]
     if not kernel.available(device):
         return f"{QUALITY_ONLY}: kernel {kernel.name} not available on {device}", False
     return f"measured: {kernel.description}", True
@@ -40,7 +45,8 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
                progress_file: TextIO | None = None) -> dict:
     """One row: quality against fp32, storage, verdict against the noise floor, and speed if measurable.
 
-    gptq: {calibration_windows, damp, block_size, seed}; used only by methods that calibrate.
+    gptq: config's quantization.gptq {calibration_windows, damp, block_size, seed}; required by
+    methods that calibrate, which take no defaults of their own.
     """
     scheme = quant.get_scheme(scheme_name)
     layers = quant.quantized_linears(reference)
@@ -49,26 +55,28 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     options: dict = {}
     n_calibration = 0
     if scheme.method == "gptq":
-        gptq = gptq or {}
-        n_calibration = int(gptq.get("calibration_windows", 128))
-        options = {"calibration": calibration_windows(train_ids, n_calibration, seq_len, int(gptq.get("seed", 0))),
-                   "damp": float(gptq.get("damp", 0.01)), "block_size": int(gptq.get("block_size", 128)),
+        absent = [key for key in GPTQ_KEYS if key not in (gptq or {})]
+        if absent:
+            raise ValueError(f"{scheme_name}: GPTQ settings {absent} missing (config quantization.gptq)")
+        n_calibration = int(gptq["calibration_windows"])
+        options = {"calibration": calibration_windows(train_ids, n_calibration, seq_len, int(gptq["seed"])),
+                   "damp": float(gptq["damp"]), "block_size": int(gptq["block_size"]),
                    "progress_file": progress_file}
     start = time.perf_counter()
     quantised, result = quant.quantize_model(reference, scheme_name, **options)
     quantize_s = time.perf_counter() - start
 
-    quality = quant.evaluate_against_reference(reference, quantised, val_ids, seq_len, batch_size,
+    quality = evaluate_against_reference(reference, quantised, val_ids, seq_len, batch_size,
                                                progress_file=progress_file)
     status, measurable = speed_status(scheme, device)
     speed = {"fp32_ms_per_token": math.nan, "ms_per_token": math.nan, "speedup_vs_fp32": math.nan,
              "greedy_agreement_vs_fp32": math.nan, "kernel_max_rel_err": math.nan}
     if measurable:
-        fast = quant.kernel_model(quantised, result, scheme_name)
-        measured = quant.measure_decode_speed(reference, fast, prompt, new_tokens, reps)
+        fast = quant_kernels.kernel_model(quantised, result, scheme_name)
+        measured = measure_decode_speed(reference, fast, prompt, new_tokens, reps)
         speed = {k: measured[k] for k in ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32",
                                           "greedy_agreement_vs_fp32")}
-        speed["kernel_max_rel_err"] = quant.kernel_max_rel_error(quantised, fast)
+        speed["kernel_max_rel_err"] = quant_kernels.kernel_max_rel_error(quantised, fast)
     delta = quality["delta_loss"]
     return {
         "scheme": scheme.name, "method": scheme.method, "bits": scheme.bits,
@@ -89,6 +97,31 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
         "speed_reps": reps if measurable else 0, "speed_new_tokens": new_tokens if measurable else 0,
         **speed,
     }
+
+
+def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> tuple[float, torch.Tensor]:
+    """Wall ms per generated token of one cached greedy generate() call, and its tokens."""
+    out, elapsed_ms = timed_ms(lambda: generate(model, prompt, new_tokens, use_cache=True))
+    return elapsed_ms / new_tokens, out.tokens
+
+
+def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Tensor,
+                         new_tokens: int, reps: int) -> dict:
+    """Median ms/token of fp32 and kernel decode, interleaved rep by rep so drift hits both alike."""
+    for model in (reference, fast):  # warm-up: first-call allocation and kernel dispatch
+        time_decode(model, prompt, new_tokens)
+    ref_ms, fast_ms = [], []
+    for _ in range(reps):
+        ms, ref_tokens = time_decode(reference, prompt, new_tokens)
+        ref_ms.append(ms)
+        ms, fast_tokens = time_decode(fast, prompt, new_tokens)
+        fast_ms.append(ms)
+    fp32_median, fast_median = statistics.median(ref_ms), statistics.median(fast_ms)
+    new_ref, new_fast = ref_tokens[:, prompt.size(1):], fast_tokens[:, prompt.size(1):]
+    return {"fp32_ms_per_token": fp32_median, "ms_per_token": fast_median,
+            "speedup_vs_fp32": fp32_median / fast_median,
+            "fp32_ms_per_token_reps": ref_ms, "ms_per_token_reps": fast_ms,
+            "greedy_agreement_vs_fp32": float((new_ref == new_fast).float().mean())}
 
 
 # ------------------------------------------------------------------------------------------ choice

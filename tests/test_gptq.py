@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from inferlab import gptq, quant
+from inferlab.evaluation import evaluate_against_reference
 from inferlab.model import GPT, GPTConfig
-from tests.test_quant import train_tiny_model
+from tests.test_quant import GPTQ_CONFIG, train_tiny_model
+
+DAMP, BLOCK = GPTQ_CONFIG["damp"], GPTQ_CONFIG["block_size"]  # from config/config.yaml
 
 
 def correlated_inputs(k: int, n: int, seed: int = 0) -> torch.Tensor:
@@ -32,7 +35,7 @@ def test_gptq_output_error_below_rtn(bits, group):
     w = torch.randn(n_out, k, generator=torch.Generator().manual_seed(1))
     x = correlated_inputs(k, 2048)
     H = hessian_of(x)
-    q_gptq = gptq.gptq_quantize_weight(w, H, bits, symmetric=False, group_size=group, block_size=32)
+    q_gptq = gptq.gptq_quantize_weight(w, H, bits, symmetric=False, group_size=group, damp=DAMP, block_size=32)
     gran = "group" if group else "channel"
     q_rtn = quant.rtn_quantize(w, bits, gran, symmetric=False, group_size=group)
     err_gptq = torch.linalg.norm(x @ (w - q_gptq.dequantize()).T)
@@ -51,7 +54,7 @@ def test_with_uncorrelated_inputs_gptq_is_rtn():
     # H diagonal => no error is propagated, every column is just rounded
     w = torch.randn(16, 64)
     H = torch.diag(torch.rand(64) + 0.5)
-    q = gptq.gptq_quantize_weight(w, H, 4, symmetric=False, block_size=16)
+    q = gptq.gptq_quantize_weight(w, H, 4, symmetric=False, damp=DAMP, block_size=16)
     r = quant.rtn_quantize(w, 4, "channel", symmetric=False)
     assert torch.equal(q.codes, r.codes) and torch.allclose(q.dequantize(), r.dequantize())
 
@@ -59,8 +62,8 @@ def test_with_uncorrelated_inputs_gptq_is_rtn():
 def test_lazy_block_updates_equal_the_unblocked_algorithm():
     w = torch.randn(32, 96)
     H = hessian_of(correlated_inputs(96, 1000, seed=3))
-    small = gptq.gptq_quantize_weight(w, H, 3, block_size=16)
-    whole = gptq.gptq_quantize_weight(w, H, 3, block_size=96)
+    small = gptq.gptq_quantize_weight(w, H, 3, damp=DAMP, block_size=16)
+    whole = gptq.gptq_quantize_weight(w, H, 3, damp=DAMP, block_size=96)
     assert (small.codes != whole.codes).float().mean() < 0.01  # fp reordering may flip a rare tie
     assert torch.allclose(small.scale, whole.scale)
 
@@ -69,7 +72,7 @@ def test_dead_inputs_are_zeroed_and_nothing_is_nan():
     x = correlated_inputs(64, 500)
     x[:, [5, 17]] = 0.0
     w = torch.randn(8, 64)
-    q = gptq.gptq_quantize_weight(w, hessian_of(x), 4)
+    q = gptq.gptq_quantize_weight(w, hessian_of(x), 4, damp=DAMP, block_size=BLOCK)
     deq = q.dequantize()
     assert torch.isfinite(deq).all()
     assert torch.all(deq[:, [5, 17]] == 0)
@@ -92,10 +95,11 @@ def trained():
 def test_model_level_gptq_beats_rtn_on_a_trained_model(trained):
     model, train, val = trained
     calibration = gptq.calibration_windows(train, 16, 32, seed=0)
-    g_model, g_result = quant.quantize_model(model, "int3_gptq", calibration=calibration)
+    g_model, g_result = quant.quantize_model(model, "int3_gptq", calibration=calibration, damp=DAMP,
+                                              block_size=BLOCK)
     r_model, _ = quant.quantize_model(model, "int3_per_channel_asym")
-    g = quant.evaluate_against_reference(model, g_model, val, 32)
-    r = quant.evaluate_against_reference(model, r_model, val, 32)
+    g = evaluate_against_reference(model, g_model, val, 32)
+    r = evaluate_against_reference(model, r_model, val, 32)
     print(f"\nint3 KL: GPTQ {g['kl_mean_nats']:.5f} vs RTN {r['kl_mean_nats']:.5f}")
     assert g["kl_mean_nats"] < r["kl_mean_nats"]
     for name, linear in quant.quantized_linears(g_model):
@@ -118,7 +122,7 @@ def test_layers_are_calibrated_on_the_quantised_earlier_layers(monkeypatch):
     monkeypatch.setattr(gptq, "gptq_quantize_weight", spy)
     quantised = GPT(model.config).eval()
     quantised.load_state_dict(model.state_dict())
-    gptq.gptq_quantize_model(quantised, calibration, bits=3)
+    gptq.gptq_quantize_model(quantised, calibration, bits=3, damp=DAMP, block_size=BLOCK)
     assert len(seen) == 8
 
     # Expected: H of blocks.1.mlp.up recomputed by hand on the final quantised model

@@ -8,11 +8,14 @@ import pytest
 import torch
 import yaml
 
-from inferlab import quant, quant_bench
+from inferlab import quant, quant_bench, quant_kernels
+from inferlab.evaluation import evaluate_against_reference
 from inferlab.model import GPT, GPTConfig
 from inferlab.train import TrainConfig, train_model
 
 REPO = Path(__file__).resolve().parent.parent
+# GPTQ's settings have one source, config/config.yaml; the code takes no defaults of its own.
+GPTQ_CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text(encoding="utf-8"))["quantization"]["gptq"]
 
 
 def markov_ids(n: int, vocab: int = 48, seed: int = 0) -> torch.Tensor:
@@ -179,7 +182,7 @@ def test_quantize_model_does_not_modify_its_input():
 def test_bf16_scheme_changes_loss_by_less_than_1e_3(trained):
     model, _, val = trained
     quantised, _ = quant.quantize_model(model, "bf16")
-    r = quant.evaluate_against_reference(model, quantised, val, 32)
+    r = evaluate_against_reference(model, quantised, val, 32)
     assert abs(r["delta_loss"]) < 1e-3
     assert r["top1_agreement"] > 0.99
     # and it really did round: weights are bf16-representable and differ from fp32
@@ -190,21 +193,21 @@ def test_bf16_scheme_changes_loss_by_less_than_1e_3(trained):
 @pytest.mark.parametrize("layout", ["per_channel_sym", "per_tensor_sym"])
 def test_loss_orders_int8_int4_int3_on_a_trained_model(trained, layout):
     model, _, val = trained
-    loss = {b: quant.evaluate_against_reference(model, quant.quantize_model(model, f"int{b}_{layout}")[0],
+    loss = {b: evaluate_against_reference(model, quant.quantize_model(model, f"int{b}_{layout}")[0],
                                                 val, 32)["loss"] for b in (8, 4, 3)}
     assert loss[8] <= loss[4] <= loss[3], loss
 
 
 def test_reference_against_itself_is_exact(trained):
     model, _, val = trained
-    r = quant.evaluate_against_reference(model, model, val, 32, batch_size=7)
+    r = evaluate_against_reference(model, model, val, 32, batch_size=7)
     assert r["delta_loss"] == 0 and r["kl_mean_nats"] == pytest.approx(0, abs=1e-7)
     assert r["top1_agreement"] == 1.0 and r["eval_tokens"] == len(val) - 1
 
 
 def test_kl_grows_as_bits_shrink(trained):
     model, _, val = trained
-    kl = [quant.evaluate_against_reference(model, quant.quantize_model(model, f"int{b}_per_tensor_sym")[0],
+    kl = [evaluate_against_reference(model, quant.quantize_model(model, f"int{b}_per_tensor_sym")[0],
                                            val, 32)["kl_mean_nats"] for b in (8, 4, 3)]
     assert 0 < kl[0] < kl[1] < kl[2]
 
@@ -229,19 +232,20 @@ KERNEL_SCHEMES = [n for n, s in quant.SCHEMES.items() if s.kernel is not None]
 @pytest.mark.parametrize("name", KERNEL_SCHEMES)
 def test_kernel_wrappers_match_the_dequantised_matmul(name):
     scheme = quant.SCHEMES[name]
-    if not quant.KERNELS[scheme.kernel].available("cpu"):
+    if not quant_kernels.KERNELS[scheme.kernel].available("cpu"):
         pytest.skip(f"{scheme.kernel} not available in this torch build")
     torch.manual_seed(1)
     # d=128: K = 128 and 512, so the int4 kernel sees both its group sizes and its per-channel path
     model = GPT(GPTConfig(vocab_size=32, d_model=128, n_layer=1, head_dim=64, max_seq_len=32)).eval()
-    options = {"calibration": torch.randint(0, 32, (4, 16))} if scheme.method == "gptq" else {}
+    options = ({"calibration": torch.randint(0, 32, (4, 16)), "damp": GPTQ_CONFIG["damp"],
+                "block_size": GPTQ_CONFIG["block_size"]} if scheme.method == "gptq" else {})
     quantised, result = quant.quantize_model(model, name, **options)
     # fp32 activations: the kernel must reproduce (q - z) * s exactly up to fp32 rounding
-    exact = quant.kernel_model(quantised, result, name, compute_dtype=torch.float32)
-    assert quant.kernel_max_rel_error(quantised, exact) < 1e-5
+    exact = quant_kernels.kernel_model(quantised, result, name, compute_dtype=torch.float32)
+    assert quant_kernels.kernel_max_rel_error(quantised, exact) < 1e-5
     # bf16 activations (the fast path): bf16 rounding only
-    fast = quant.kernel_model(quantised, result, name)
-    assert quant.kernel_max_rel_error(quantised, fast) < 2e-2
+    fast = quant_kernels.kernel_model(quantised, result, name)
+    assert quant_kernels.kernel_max_rel_error(quantised, fast) < 2e-2
     ids = torch.randint(0, 32, (2, 12))
     ref_logits, fast_logits = quantised(ids), fast(ids)
     assert (fast_logits - ref_logits).abs().max() < 0.05 * ref_logits.abs().max()
@@ -250,19 +254,19 @@ def test_kernel_wrappers_match_the_dequantised_matmul(name):
 def test_kernel_model_keeps_the_input_model_and_rejects_kernelless_schemes():
     model = tiny_random_model()
     quantised, result = quant.quantize_model(model, "int8_per_channel_sym")
-    fast = quant.kernel_model(quantised, result, "int8_per_channel_sym")
-    assert isinstance(fast.blocks[0].attn.qkv, quant.Int8WeightOnlyLinear)
+    fast = quant_kernels.kernel_model(quantised, result, "int8_per_channel_sym")
+    assert isinstance(fast.blocks[0].attn.qkv, quant_kernels.Int8WeightOnlyLinear)
     assert isinstance(quantised.blocks[0].attn.qkv, torch.nn.Linear)
     q3, r3 = quant.quantize_model(model, "int3_g32_sym")
     with pytest.raises(ValueError, match="no low-bit kernel"):
-        quant.kernel_model(q3, r3, "int3_g32_sym")
+        quant_kernels.kernel_model(q3, r3, "int3_g32_sym")
 
 
 def test_decode_speed_measurement_reports_medians_and_agreement():
     model = tiny_random_model()
     quantised, result = quant.quantize_model(model, "int8_per_channel_sym")
-    fast = quant.kernel_model(quantised, result, "int8_per_channel_sym")
-    out = quant.measure_decode_speed(model, fast, torch.tensor([[1, 2, 3]]), new_tokens=5, reps=3)
+    fast = quant_kernels.kernel_model(quantised, result, "int8_per_channel_sym")
+    out = quant_bench.measure_decode_speed(model, fast, torch.tensor([[1, 2, 3]]), new_tokens=5, reps=3)
     assert len(out["ms_per_token_reps"]) == 3 and out["ms_per_token"] > 0 and out["fp32_ms_per_token"] > 0
     assert out["speedup_vs_fp32"] == pytest.approx(out["fp32_ms_per_token"] / out["ms_per_token"])
     assert 0.0 <= out["greedy_agreement_vs_fp32"] <= 1.0
@@ -282,12 +286,11 @@ def test_run_scheme_row_has_verdict_storage_and_speed_columns(trained):
     assert rtn["within_noise"] == (rtn["delta_loss"] < 0.02)
     rows_per_block = 3 * 64 + 64 + 4 * 64 + 64  # one fp16 scale per output row: qkv, proj, up, down
     assert rtn["effective_bits_per_weight"] == pytest.approx(4 + 16 * rows_per_block / (12 * 64 * 64))
-    if quant.KERNELS["int4_groupwise"].available("cpu"):
+    if quant_kernels.KERNELS["int4_groupwise"].available("cpu"):
         assert rtn["speed_status"].startswith("measured") and rtn["ms_per_token"] > 0
         assert rtn["kernel_max_rel_err"] < 2e-2
     gptq_row = quant_bench.run_scheme(model, "int3_gptq", val, train, 32, floor=0.02, prompt=prompt, new_tokens=4,
-                                      reps=1, gptq={"calibration_windows": 4, "damp": 0.01, "block_size": 128,
-                                                    "seed": 0})
+                                      reps=1, gptq={**GPTQ_CONFIG, "calibration_windows": 4})
     assert gptq_row["calibration_windows"] == 4
     assert gptq_row["speed_status"].startswith("quality only") and gptq_row["speed_reps"] == 0
     assert gptq_row["ms_per_token"] != gptq_row["ms_per_token"]  # NaN: nothing was timed
@@ -324,3 +327,22 @@ def test_choice_when_nothing_is_below_the_floor():
     choice = quant_bench.choose_scheme(summary).iloc[0]
     assert choice["scheme"] == "none" and choice["n_below_floor"] == 0
     assert "int3_gptq at +0.0300" in choice["reason"]
+
+
+def test_gptq_settings_come_only_from_config(trained):
+    model, train, val = trained
+    with pytest.raises(ValueError, match=r"int3_gptq: GPTQ settings \['damp'\] missing"):
+        quant_bench.run_scheme(model, "int3_gptq", val, train, 32, floor=0.02, prompt=torch.tensor([[1]]),
+                               new_tokens=1, reps=1, gptq={k: v for k, v in GPTQ_CONFIG.items() if k != "damp"})
+
+
+def test_scheme_table_is_torch_free_and_quant_gptq_import_one_way():
+    import subprocess
+    import sys
+
+    code = ("import sys, inferlab.schemes as s; assert 'torch' not in sys.modules; "
+            "print(sorted({x.method for x in s.SCHEMES.values()}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "['bf16', 'gptq', 'rtn']"
+    gptq_src = (REPO / "inferlab/gptq.py").read_text(encoding="utf-8")
+    assert "inferlab.quant" not in gptq_src and "from inferlab import quant" not in gptq_src

@@ -5,8 +5,11 @@
 # Each scheme job quantises every Linear in the target's blocks (the tied embedding stays fp32),
 # evaluates fp32 and quantised weights on the full validation split in the same process, and,
 # where the scheme has a low-bit kernel on the CPU, times cached decode against fp32. Scheme
-# names and their parameters live in the SCHEMES table of inferlab/quant.py. The speed settings
+# names and their parameters live in the SCHEMES table (inferlab/schemes.py, torch-free, re-exported
+# by inferlab/quant.py). The speed settings
 # go to every scheme job (which scheme has a kernel is known only to that table).
+
+from inferlab.schemes import SCHEMES
 
 QUANT = config["quantization"]
 QUANT_SCHEMES = list(QUANT["schemes"])
@@ -31,7 +34,7 @@ rule quant_scheme:
         model_name=TARGET,
         seq_len=_QUANT_SEQ_LEN,
         # only the calibrating schemes get the GPTQ settings: editing them reruns only those jobs
-        gptq=lambda w: QUANT["gptq"] if w.scheme.endswith("_gptq") else None,
+        gptq=lambda w: QUANT["gptq"] if SCHEMES[w.scheme].method == "gptq" else None,
         speed=QUANT["speed"],
     log:
         "logs/quant_scheme/{scheme}.log",
@@ -44,7 +47,7 @@ rule quant_scheme:
         CONDA_ENV
     resources:
         mem_mb=6000,
-        runtime=lambda w: 30 if w.scheme.endswith("_gptq") else 15,
+        runtime=lambda w: 30 if SCHEMES[w.scheme].method == "gptq" else 15,
     script:
         "../../scripts/quant_scheme.py"
 
