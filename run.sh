@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source tools/bootstrap.sh
-exec .venv/bin/snakemake --cores all --workflow-profile workflow/profiles/default "$@"
+# The default profile (workflow/profiles/default, via the profiles link) is found automatically.
+exec .venv/bin/snakemake --cores all "$@"

@@ -1,5 +1,7 @@
 """Fetch Gutenberg #23950 when the configured corpus path holds no file."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.download import download_corpus
 from inferlab.jobs import start_job
 

@@ -1,5 +1,6 @@
 """Collect the per-length timings; summarise them and fit the no-cache step time as a + b·positions."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.checkpoint import model_stamp

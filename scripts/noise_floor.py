@@ -1,5 +1,7 @@
 """Collect the reruns' validation losses into results/noise_floor.parquet."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.jobs import start_job
 from inferlab.noise import noise_floor_table
 from inferlab.stamps import job_stamps

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.corpus import prepare
 from inferlab.jobs import start_job
 from inferlab.tables import write_json

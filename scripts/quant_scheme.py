@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 import torch
 

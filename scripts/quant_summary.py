@@ -1,5 +1,7 @@
 """Collect the scheme rows into results/quant/summary.parquet and apply the choice rule."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.jobs import start_job
 from inferlab.quant_bench import choose_scheme, summary_table
 from inferlab.stamps import carried_stamps

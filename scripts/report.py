@@ -1,5 +1,7 @@
 """The report rule: milestones, HTML/Markdown report, data exports and the sampling workbench."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp
 from inferlab.report.build import ReportPaths, run_information, write_report

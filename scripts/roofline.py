@@ -1,5 +1,6 @@
 """Roofline bounds for the anchor (from config/anchor-model.json) and for our model on this machine."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.checkpoint import model_stamp

@@ -1,5 +1,7 @@
 """Measure this machine's memory bandwidth and fp32 matmul FLOP/s (medians of short probes)."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp, resolve_device
 from inferlab.roofline import run_probes

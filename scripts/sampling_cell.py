@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 from tqdm import tqdm
 
 from inferlab.checkpoint import load_checkpoint, load_token_ids, model_stamp

@@ -1,5 +1,6 @@
 """The default sampling setting, chosen by the rule in config, and the min-p decision."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.jobs import start_job

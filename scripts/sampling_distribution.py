@@ -3,6 +3,7 @@ count per grid cell, computed in float64 from exactly the exported numbers."""
 
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.checkpoint import load_checkpoint, model_stamp

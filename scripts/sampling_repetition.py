@@ -1,5 +1,6 @@
 """Concatenate the cells: bootstrap summary per cell and metric, plus a few example texts."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.jobs import start_job

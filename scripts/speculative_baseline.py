@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.checkpoint import load_checkpoint, model_stamp
 from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job

@@ -1,5 +1,6 @@
 """Experiment 3 summary: per-group α, yield vs formula, theoretical and wall-clock speedups."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.checkpoint import model_stamp

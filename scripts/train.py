@@ -1,5 +1,7 @@
 """Train one model and write its checkpoint, loss curve and meta.json."""
 
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
 from inferlab.checkpoint import load_token_ids, save_checkpoint
 from inferlab.jobs import start_job
 from inferlab.model import GPTConfig

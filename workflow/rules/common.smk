@@ -1,6 +1,6 @@
 # Config validation and the helpers every rule file uses.
 
-import os
+import sys
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -10,9 +10,12 @@ min_version("9.0")
 
 validate(config, schema="../schemas/config.schema.yaml")
 
-# Job scripts import the inferlab package from this checkout, whether or not it is
-# pip-installed (e.g. inside the conda env of `--sdm conda`).
-os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.getenv("PYTHONPATH")])))
+# Job scripts import the inferlab package from this checkout through scripts/_checkout.py (also
+# in conda jobs, where Snakemake clears PYTHONPATH). The rule files import its torch-free parts
+# at parse time, from this checkout too (even when the Snakefile is a link from elsewhere).
+_CHECKOUT = str(Path(workflow.current_basedir).resolve().parents[1])
+if sys.path[:1] != [_CHECKOUT]:
+    sys.path.insert(0, _CHECKOUT)
 CONDA_ENV = "../envs/inferlab.yaml"
 
 
