@@ -86,3 +86,9 @@ def training_minutes(name):
 
 
 _check_config()
+
+
+def rule_output(rule, output):
+    """rules.<rule>.output.<output> (a name) or .output[<output>] (an index), for rule files included later."""
+    outputs = getattr(rules, rule).output
+    return outputs[output] if isinstance(output, int) else getattr(outputs, output)

@@ -29,14 +29,9 @@ REPORT_TABLES = {
 }
 
 
-def _rule_output(rule, output):
-    outputs = getattr(rules, rule).output
-    return outputs[output] if isinstance(output, int) else getattr(outputs, output)
-
-
 rule report:
     input:
-        **{key: _rule_output(rule, output) for key, (rule, output) in REPORT_TABLES.items()},
+        **{key: rule_output(rule, output) for key, (rule, output) in REPORT_TABLES.items()},
         metas=[checkpoint(name)["meta"] for name in MODELS],
         curves=[f"{checkpoint_dir(name)}/loss_curve.parquet" for name in MODELS],
         seed_reference="config/seed-reference.json",
