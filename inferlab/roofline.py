@@ -118,6 +118,11 @@ def anchor_roofline(anchor: dict, context_tokens: list[int]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- our model
 
 
+def param_bytes(dtype: torch.dtype = torch.float32) -> int:
+    """Bytes per parameter of weights held in dtype (the checkpoints and the timed model are fp32)."""
+    return torch.empty((), dtype=dtype).element_size()
+
+
 def our_roofline(config: GPTConfig, params: int, weight_bytes_per_param: int, prompt_len: int, length: int,
                  bandwidth_bytes_per_s: float, flops_per_s: float, measured_ms_per_token: float,
                  model_name: str, machine: str, device: str) -> pd.DataFrame:

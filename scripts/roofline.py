@@ -7,7 +7,7 @@ from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.model import GPTConfig
 from inferlab.provenance import format_machine
-from inferlab.roofline import anchor_roofline, best_rates, our_roofline
+from inferlab.roofline import anchor_roofline, best_rates, our_roofline, param_bytes
 from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
@@ -19,7 +19,8 @@ machine = read_provenance(smk.input.probe)["machine"]
 summary = read_table(smk.input.summary)
 longest = summary[(summary["mode"] == "cache") & (summary["length"] == summary["length"].max())].iloc[0]
 bandwidth, flops = best_rates(probes)
-ours = our_roofline(GPTConfig.from_dict(meta["model_config"]), meta["params"], 4, int(longest["prompt_tokens"]),
+ours = our_roofline(GPTConfig.from_dict(meta["model_config"]), meta["params"], param_bytes(),
+                    int(longest["prompt_tokens"]),
                     int(longest["length"]), bandwidth, flops, float(longest["ms_per_token_median"]),
                     smk.params.model_name, format_machine(machine), machine["device"])
 ours["measured_at_length"] = int(longest["length"])

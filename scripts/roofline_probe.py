@@ -4,7 +4,7 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.jobs import start_job
 from inferlab.provenance import machine_stamp, resolve_device
-from inferlab.roofline import run_probes
+from inferlab.roofline import param_bytes, run_probes
 from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_table
 
@@ -12,7 +12,7 @@ smk = snakemake  # noqa: F821
 p = smk.params
 log = start_job(smk.log[0], smk.threads)
 device = resolve_device(p.device)
-weight_bytes = read_json(smk.input.meta)["params"] * 4  # fp32 weights: the size a decode step streams
+weight_bytes = read_json(smk.input.meta)["params"] * param_bytes()  # the size a decode step streams
 table = run_probes(device, [weight_bytes, int(p.probe_mb * 2**20)], p.matmul_size, p.repeats)
 write_table(table, smk.output[0],
             provenance=job_stamps(machine_stamp(device), None, p.repeats, "none (a probe of the machine)"))
