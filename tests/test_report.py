@@ -447,3 +447,14 @@ def test_seed_reference_numbers_sit_only_on_their_own_cell(tmp_path):
             if line.startswith("| T") and "| top_p |" in line]
     with_seed_kept = [line for line in rows if "| 352 |" in line]
     assert [line.split("|")[1].strip() for line in with_seed_kept] == ["T1_p0.9"], rows
+
+
+def test_sampling_cells_are_enumerated_once_with_stable_ids():
+    from inferlab.sampling_grid import repetition_cells, sampling_cells
+
+    cells = sampling_cells(SETTINGS["sampling"])
+    assert list(cells) == ["T0.7_p0.9", "T0.7_p1.0", "T1.3_p0.9", "T1.3_p1.0", "T1.0_minp0.05"]
+    assert list(cells.values()) == CELLS  # the same cells the report's fixtures feed the producers
+    assert list(repetition_cells(SETTINGS["sampling"]))[0] == "greedy"
+    rules = (Path(__file__).resolve().parent.parent / "workflow/rules/sampling.smk").read_text(encoding="utf-8")
+    assert "sampling_cells(SAMPLING)" in rules and 'f"T{' not in rules
