@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from inferlab.evaluation import evaluate_loss, windows
 from inferlab.generate import generate
+from inferlab.quant_names import BITS, LAYOUTS, integer_scheme_name
 from inferlab.timing import timed_ms
 
 SCALE_BITS = 16  # one 16-bit float per scale
@@ -148,17 +149,6 @@ GRID_COUNT: dict[str, Callable[[int, int, int | None], int]] = {
     "group": lambda n, k, g: n * (k // min(g, k)),
 }
 
-# name suffix -> (method, granularity, symmetric, group size); GPTQ is per-channel asymmetric.
-_LAYOUTS: dict[str, tuple[str, str, bool, int | None]] = {
-    "per_tensor_sym": ("rtn", "tensor", True, None),
-    "per_channel_sym": ("rtn", "channel", True, None),
-    "per_channel_asym": ("rtn", "channel", False, None),
-    "g128_sym": ("rtn", "group", True, 128),
-    "g64_sym": ("rtn", "group", True, 64),
-    "g32_sym": ("rtn", "group", True, 32),
-    "gptq": ("gptq", "channel", False, None),
-}
-
 
 def _kernel_for(scheme: Scheme) -> str | None:
     """The first kernel in KERNELS that can run this scheme's integer layout, if any."""
@@ -166,9 +156,10 @@ def _kernel_for(scheme: Scheme) -> str | None:
 
 
 def _build_schemes() -> dict[str, Scheme]:
-    table = {f"int{bits}_{suffix}": Scheme(f"int{bits}_{suffix}", method, bits, gran, sym, group)
-             for bits in (8, 4, 3)
-             for suffix, (method, gran, sym, group) in _LAYOUTS.items()}
+    table = {integer_scheme_name(bits, suffix): Scheme(integer_scheme_name(bits, suffix), method, bits, gran, sym,
+                                                       group)
+             for bits in BITS
+             for suffix, (method, gran, sym, group) in LAYOUTS.items()}
     table["bf16"] = Scheme("bf16", "bf16", 16, "none", True)
     return {name: replace(s, kernel=_kernel_for(s)) for name, s in table.items()}
 

@@ -46,4 +46,9 @@ def write_json(obj, path: str | Path) -> None:
 
 
 def read_json(path: str | Path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The parsed file; a truncated or garbled one is an error naming it, never a bare JSONDecodeError."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); if a workflow job wrote it, rebuild it with: "
+                         f"snakemake --cores all --forcerun {path}") from err

@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from inferlab.anchor import load_anchor
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.model import GPTConfig
@@ -21,7 +22,7 @@ ours = our_roofline(GPTConfig.from_dict(meta["model_config"]), meta["params"], 4
                     int(longest["length"]), bandwidth, flops, float(longest["ms_per_token_median"]),
                     smk.params.model_name, format_machine(machine), machine["device"])
 ours["measured_at_length"] = int(longest["length"])
-table = pd.concat([anchor_roofline(read_json(smk.input.anchor), smk.params.anchor_context_tokens), ours],
+table = pd.concat([anchor_roofline(load_anchor(smk.input.anchor), smk.params.anchor_context_tokens), ours],
                   ignore_index=True)
 write_table(table, smk.output[0], provenance={
     "machine": machine, "model": model_stamp(meta, smk.params.model_name),

@@ -1,8 +1,10 @@
 # Config validation and the helpers every rule file uses.
 
 import os
+import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -11,24 +13,23 @@ min_version("9.0")
 validate(config, schema="../schemas/config.schema.yaml")
 
 # Job scripts import the inferlab package from this checkout, whether or not it is
-# pip-installed (e.g. inside the conda env of `--sdm conda`).
-os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [workflow.basedir, os.getenv("PYTHONPATH")])))
+# pip-installed (e.g. inside the conda env of `--sdm conda`). The Snakefile's real location,
+# so a working directory that links to the checkout still runs this checkout's code.
+CHECKOUT = str(Path(workflow.main_snakefile).resolve().parent)
+sys.path.insert(0, CHECKOUT)
+os.environ.update(PYTHONPATH=os.pathsep.join(filter(None, [CHECKOUT, os.getenv("PYTHONPATH")])))
 CONDA_ENV = "../envs/inferlab.yaml"
+
+from inferlab import configcheck
 
 
 def _check_config():
-    models = config["models"]
-    if config["target_model"] not in models:
-        raise ValueError(f"config key target_model: {config['target_model']!r} is not one of models {sorted(models)}")
-    for draft in config["speculative"]["drafts"]:
-        if draft not in models:
-            raise ValueError(f"config key speculative.drafts: {draft!r} is not one of models {sorted(models)}")
-    for name in config["training"].get("overrides", {}):
-        if name not in models:
-            raise ValueError(f"config key training.overrides.{name}: no such model in models")
-    seq_len = train_config(config["target_model"])["seq_len"]
-    if seq_len > config["architecture"]["max_seq_len"]:
-        raise ValueError(f"config key training.defaults.seq_len: {seq_len} exceeds architecture.max_seq_len")
+    """Every cross-key rule (inferlab/configcheck.py), before any job can delete an output."""
+    stats = configcheck.current_corpus_stats(CORPUS["stats"], corpus_source())
+    try:
+        configcheck.check_config(config, corpus_stats=stats)
+    except configcheck.ConfigError as err:
+        raise WorkflowError(str(err)) from None
 
 
 CORPUS_DIR = "results/corpus"
@@ -51,7 +52,7 @@ def model_config(name):
 
 def train_config(name):
     """Training defaults with the model's overrides merged on top."""
-    return {**config["training"]["defaults"], **config["training"].get("overrides", {}).get(name, {})}
+    return configcheck.train_config(config, name)
 
 
 def checkpoint(name):
