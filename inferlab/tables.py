@@ -28,7 +28,14 @@ def write_table(df: pd.DataFrame, path: str | Path, provenance: dict | None = No
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    return pd.read_parquet(path)
+    """The table; one that exists but cannot be read is an error naming it and the command that rebuilds it."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        if not Path(path).exists():
+            raise
+        raise ValueError(f"{path}: exists but is not a readable table ({err}); rebuild it with: "
+                         f"snakemake --cores all --forcerun {path}") from err
 
 
 def read_provenance(path: str | Path) -> dict:
