@@ -134,11 +134,15 @@ def corpus_problems(config: dict, corpus_stats: dict | None) -> list[str]:
 
 def _prepared_corpus_problems(config: dict, stats: dict) -> list[str]:
     problems = []
-    distinct = stats.get("train_distinct_chars", stats["distinct_chars"])
+    # A changed val_fraction moves the split: then only the whole text's counts still hold.
+    same_split = stats.get("val_fraction_requested") == config["corpus"]["val_fraction"]
+    distinct = stats.get("train_distinct_chars", stats["distinct_chars"]) if same_split else stats["distinct_chars"]
     vocab_size = config["corpus"]["vocab_size"]
     if vocab_size > distinct + 1:
         problems.append(f"corpus.vocab_size: {vocab_size} exceeds the {distinct} distinct characters of the "
-                        f"corpus's training split + <unk> ({distinct + 1}); see results/corpus/stats.json")
+                        f"corpus's training text + <unk> ({distinct + 1}); see results/corpus/stats.json")
+    if not same_split:
+        return problems
     for name in config["models"]:
         cfg = train_config(config, name)
         need = {"val": validation_chars_needed(cfg["seq_len"]),

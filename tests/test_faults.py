@@ -138,7 +138,7 @@ def test_two_run_floor_is_marked_unreliable_and_three_runs_are_not():
 
 def _stats(val_chars: int, train_chars: int = 10_000, distinct: int = 200) -> dict:
     return {"val_chars": val_chars, "train_chars": train_chars, "distinct_chars": distinct,
-            "train_distinct_chars": distinct}
+            "train_distinct_chars": distinct, "val_fraction_requested": TINY["corpus"]["val_fraction"]}
 
 
 def test_short_validation_split_fails_at_parse_time_with_counts():
@@ -149,6 +149,8 @@ def test_short_validation_split_fails_at_parse_time_with_counts():
         assert problem.startswith("training.defaults.seq_len: model " + name), problem
         assert "needs 66 characters in the val split, the corpus's has 50" in problem
     assert config_problems(config, _stats(66)) == []
+    # Stats of another split say nothing about the next one: prepare_corpus will check it.
+    assert config_problems(_config(corpus={"val_fraction": 0.2, "vocab_size": 160}), _stats(50)) == []
 
 
 def test_short_split_fails_in_training_with_counts_before_any_step():
