@@ -159,18 +159,49 @@ def load_vocabulary(path: str | Path) -> Vocabulary:
     return Vocabulary(json.loads(Path(path).read_text(encoding="utf-8"))["tokens"])
 
 
-def prepare(raw: bytes, val_fraction: float, vocab_size: int) -> PreparedCorpus:
-    """Normalise, split and build the vocabulary; stats record hashes, sizes and the <unk> rate."""
+class CorpusError(ValueError):
+    pass
+
+
+def read_corpus(path: str | Path) -> bytes:
+    """The raw bytes; a directory or an empty file is refused with its own message."""
+    path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"corpus {path} is a directory, not the corpus text file")
+    if not path.is_file():
+        raise CorpusError(f"corpus {path} does not exist")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise CorpusError(f"corpus {path} is empty")
+    return raw
+
+
+def require_chars(available: int, needed: int, what: str) -> None:
+    """what: e.g. 'results/corpus/val.npy (validation split) for seq_len 256'."""
+    if available < needed:
+        raise CorpusError(f"{what}: the split has {available} characters, {needed} are needed; "
+                          f"use a longer corpus, a smaller seq_len/batch_size, or another corpus.val_fraction")
+
+
+def prepare(raw: bytes, val_fraction: float, vocab_size: int, source: str = "the corpus") -> PreparedCorpus:
+    """Normalise, split and build the vocabulary; stats record hashes, sizes and the <unk> rate.
+
+    source names the file in every error.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"the corpus is not UTF-8: {err}") from err
+        raise CorpusError(f"{source} is not UTF-8: {err}") from err
     normalised = normalise(text)
-    split = split_at_chapter(normalised, val_fraction)
+    try:
+        split = split_at_chapter(normalised, val_fraction)
+    except ValueError as err:
+        raise CorpusError(f"{source} is too short to split ({len(normalised)} characters after normalisation): "
+                          f"{err}") from err
     vocab = Vocabulary.from_text(split.train, vocab_size)
     if len(vocab) < vocab_size:
-        raise ValueError(f"the training text has only {len(vocab) - 1} distinct characters; "
-                         f"vocab_size {vocab_size} needs {vocab_size - 1}")
+        raise CorpusError(f"{source}: the training text has only {len(vocab) - 1} distinct characters; "
+                          f"corpus.vocab_size {vocab_size} needs {vocab_size - 1}")
     train_unk, val_unk = vocab.unk_count(split.train), vocab.unk_count(split.val)
     stats = {
         "raw_sha256": sha256_bytes(raw),
@@ -178,6 +209,7 @@ def prepare(raw: bytes, val_fraction: float, vocab_size: int) -> PreparedCorpus:
         "raw_chars": len(text),
         "normalised_chars": len(normalised),
         "distinct_chars": len(set(normalised)),
+        "train_distinct_chars": len(set(split.train)),
         "chapters": len(chapter_starts(normalised)),
         "val_fraction_requested": val_fraction,
         "train_chars": len(split.train),

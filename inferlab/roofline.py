@@ -17,34 +17,12 @@ import statistics
 import pandas as pd
 import torch
 
+from inferlab.anchor import FFN_MATRICES, validate_anchor
 from inferlab.kvbench import generation_flops
 from inferlab.model import GPTConfig, kv_bytes_per_token
 from inferlab.timing import timed_ms
 
-ANCHOR_ARCH_FIELDS = ("n_layer", "d_model", "n_head", "n_kv_head", "head_dim", "ffn_hidden", "ffn_kind",
-                      "vocab_size", "tied_embeddings")
-# Weight matrices per FFN: SwiGLU has gate, up and down; a plain GELU MLP has up and down.
-FFN_MATRICES = {"swiglu": 3, "gelu": 2}
-
-
 # ---------------------------------------------------------------------------- anchor
-
-
-def _require(section: dict, fields, where: str) -> None:
-    missing = [f for f in fields if f not in section]
-    if missing:
-        raise ValueError(f"anchor {where}: missing field(s) {missing}")
-
-
-def validate_anchor(anchor: dict) -> None:
-    _require(anchor, ("name", "architecture", "weights", "kv_cache", "hardware"), "description")
-    _require(anchor["architecture"], ANCHOR_ARCH_FIELDS, "architecture")
-    _require(anchor["weights"], ("bytes_per_param",), "weights")
-    _require(anchor["kv_cache"], ("bytes_per_element",), "kv_cache")
-    _require(anchor["hardware"], ("name", "memory_bandwidth_bytes_per_s", "peak_flops_per_s"), "hardware")
-    if anchor["architecture"]["ffn_kind"] not in FFN_MATRICES:
-        raise ValueError(f"anchor architecture.ffn_kind: {anchor['architecture']['ffn_kind']!r} is not one of "
-                         f"{sorted(FFN_MATRICES)}")
 
 
 def anchor_param_counts(arch: dict) -> dict:

@@ -28,7 +28,14 @@ def write_table(df: pd.DataFrame, path: str | Path, provenance: dict | None = No
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    return pd.read_parquet(path)
+    """The table; one that exists but cannot be read is an error naming it and the command that rebuilds it."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as err:
+        if not Path(path).exists():
+            raise
+        raise ValueError(f"{path}: exists but is not a readable table ({err}); rebuild it with: "
+                         f"snakemake --cores all --forcerun {path}") from err
 
 
 def read_provenance(path: str | Path) -> dict:
@@ -46,4 +53,9 @@ def write_json(obj, path: str | Path) -> None:
 
 
 def read_json(path: str | Path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The parsed file; a truncated or garbled one is an error naming it, never a bare JSONDecodeError."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); if a workflow job wrote it, rebuild it with: "
+                         f"snakemake --cores all --forcerun {path}") from err

@@ -7,4 +7,5 @@ from inferlab.jobs import start_job
 
 smk = snakemake  # noqa: F821
 start_job(smk.log[0], 1)
-download_corpus(smk.params.url, smk.output[0], configured_path=smk.params.configured_path)
+download_corpus(smk.params.url, smk.output[0], configured_path=smk.params.configured_path,
+                expected_sha256=smk.params.sha256)

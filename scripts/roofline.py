@@ -3,6 +3,7 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
+from inferlab.anchor import load_anchor
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.model import GPTConfig
@@ -24,7 +25,7 @@ ours = our_roofline(GPTConfig.from_dict(meta["model_config"]), meta["params"], p
                     int(longest["length"]), bandwidth, flops, float(longest["ms_per_token_median"]),
                     smk.params.model_name, format_machine(machine), machine["device"])
 ours["measured_at_length"] = int(longest["length"])
-table = pd.concat([anchor_roofline(read_json(smk.input.anchor), smk.params.anchor_context_tokens), ours],
+table = pd.concat([anchor_roofline(load_anchor(smk.input.anchor), smk.params.anchor_context_tokens), ours],
                   ignore_index=True)
 write_table(table, smk.output[0], provenance=job_stamps(
     machine, model_stamp(meta, smk.params.model_name), read_provenance(smk.input.summary)["repeats"],

@@ -3,6 +3,8 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.checkpoint import load_token_ids, save_checkpoint
+from inferlab.configcheck import training_chars_needed, validation_chars_needed
+from inferlab.corpus import require_chars
 from inferlab.jobs import start_job
 from inferlab.model import GPTConfig
 from inferlab.provenance import machine_stamp
@@ -14,8 +16,12 @@ smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads)
 corpus_stats = read_json(smk.input.stats)
 train_cfg = TrainConfig(**smk.params.train_config)
-model, curve, summary = train_model(GPTConfig.from_dict(smk.params.model_config), train_cfg,
-                                    load_token_ids(smk.input.train), load_token_ids(smk.input.val),
+train_ids, val_ids = load_token_ids(smk.input.train), load_token_ids(smk.input.val)
+require_chars(len(train_ids), training_chars_needed(train_cfg.seq_len, train_cfg.batch_size),
+              f"{smk.input.train} (training split) for seq_len {train_cfg.seq_len}, batch_size {train_cfg.batch_size}")
+require_chars(len(val_ids), validation_chars_needed(train_cfg.seq_len),
+              f"{smk.input.val} (validation split) for seq_len {train_cfg.seq_len}")
+model, curve, summary = train_model(GPTConfig.from_dict(smk.params.model_config), train_cfg, train_ids, val_ids,
                                     progress_file=log)
 stamp = machine_stamp("cpu")
 meta = {

@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -18,20 +19,16 @@ if sys.path[:1] != [_CHECKOUT]:
     sys.path.insert(0, _CHECKOUT)
 CONDA_ENV = "../envs/inferlab.yaml"
 
+from inferlab import configcheck
+
 
 def _check_config():
-    models = config["models"]
-    if config["target_model"] not in models:
-        raise ValueError(f"config key target_model: {config['target_model']!r} is not one of models {sorted(models)}")
-    for draft in config["speculative"]["drafts"]:
-        if draft not in models:
-            raise ValueError(f"config key speculative.drafts: {draft!r} is not one of models {sorted(models)}")
-    for name in config["training"].get("overrides", {}):
-        if name not in models:
-            raise ValueError(f"config key training.overrides.{name}: no such model in models")
-    seq_len = train_config(config["target_model"])["seq_len"]
-    if seq_len > config["architecture"]["max_seq_len"]:
-        raise ValueError(f"config key training.defaults.seq_len: {seq_len} exceeds architecture.max_seq_len")
+    """Every cross-key rule (inferlab/configcheck.py), before any job can delete an output."""
+    stats = configcheck.current_corpus_stats(CORPUS["stats"], corpus_source())
+    try:
+        configcheck.check_config(config, corpus_stats=stats)
+    except configcheck.ConfigError as err:
+        raise WorkflowError(str(err)) from None
 
 
 CORPUS_DIR = "results/corpus"
@@ -54,7 +51,7 @@ def model_config(name):
 
 def train_config(name):
     """Training defaults with the model's overrides merged on top."""
-    return {**config["training"]["defaults"], **config["training"].get("overrides", {}).get(name, {})}
+    return configcheck.train_config(config, name)
 
 
 def checkpoint(name):

@@ -8,6 +8,7 @@ rule download_corpus:
     params:
         url=config.get("corpus_url", ""),
         configured_path=config["corpus_path"],
+        sha256=config.get("corpus_sha256"),
     log:
         "logs/corpus/download.log",
     conda:
