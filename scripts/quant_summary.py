@@ -1,11 +1,12 @@
 """Collect the scheme rows into results/quant/summary.parquet and apply the choice rule."""
 
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.quant_bench import choose_scheme, summary_table
 from inferlab.tables import read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], 1)
+log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 summary = summary_table([read_table(path) for path in smk.input.schemes], smk.params.schemes)
 choice = choose_scheme(summary)
 provenance = {k: v for k, v in read_provenance(smk.input.schemes[0]).items() if k != "gptq"}

@@ -1,11 +1,12 @@
 """The report rule: milestones, HTML/Markdown report, data exports and the sampling workbench."""
 
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
 from inferlab.report.build import ReportPaths, inputs_from_paths, run_information, write_report
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 out = smk.output
 inputs = [*smk.input.experiments, *smk.input.metas, *smk.input.curves, smk.input.stats]
 metas = dict(zip(smk.params.models, smk.input.metas, strict=True))

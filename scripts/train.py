@@ -2,13 +2,14 @@
 
 from inferlab.checkpoint import load_token_ids, save_checkpoint
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.model import GPTConfig
 from inferlab.provenance import machine_stamp
 from inferlab.tables import read_json, write_table
 from inferlab.train import TrainConfig, train_model
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 corpus_stats = read_json(smk.input.stats)
 train_cfg = TrainConfig(**smk.params.train_config)
 model, curve, summary = train_model(GPTConfig.from_dict(smk.params.model_config), train_cfg,
