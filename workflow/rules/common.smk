@@ -101,15 +101,15 @@ def all_code_hashes():
     Also checks each rule's code_sha256 param names the script the rule runs, so the two cannot drift.
     """
     hashes = {}
-    for rule in workflow.rules:
-        if rule.script is None:
+    for defined in workflow.rules:
+        if defined.script is None:
             continue
-        script = Path(rule.script).stem
-        declared = dict(rule.params.items()).get("code_sha256")
+        script = Path(defined.script).stem
+        declared = dict(defined.params.items()).get("code_sha256")
         if declared != code_hash(script):
-            raise ValueError(f"rule {rule.name}: params code_sha256 must be code_hash({script!r}), "
+            raise ValueError(f"{defined.name}: its param code_sha256 must be code_hash({script!r}), "
                              f"the script it runs")
-        hashes[rule.name] = declared
+        hashes[defined.name] = declared
     return hashes
 
 
