@@ -137,7 +137,7 @@ def test_bad_config_key_fails_naming_it(completed_run):
 
 
 def test_missing_corpus_says_where_to_put_it(tmp_path):
-    for name in ("Snakefile", "workflow", "scripts", "config"):
+    for name in ("Snakefile", "workflow", "scripts", "config", "inferlab"):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({"corpus_url": ""}))
     result = _snakemake(tmp_path, "--config", "corpus_path=nowhere/corpus.txt", "--",

@@ -1,11 +1,15 @@
 # Config validation and the helpers every rule file uses.
 
 import os
+import sys
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
 
-from inferlab.lineage import code_sha256
+# The code hashes below read (never import) the package of this checkout; only its torch-free
+# lineage module is imported here, from this checkout too rather than any installed copy.
+sys.path.insert(0, workflow.basedir)
+from inferlab.lineage import code_sha256  # noqa: E402
 
 min_version("9.0")
 
