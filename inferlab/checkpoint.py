@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from inferlab.lineage import current_job_lineage, file_sha256
 from inferlab.model import GPT, GPTConfig
 
 WEIGHTS_NAME = "model.safetensors"
@@ -18,14 +18,6 @@ META_NAME = "meta.json"
 
 class CheckpointError(RuntimeError):
     pass
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def save_checkpoint(model: GPT, meta: dict, directory: str | Path) -> dict:
@@ -38,7 +30,7 @@ def save_checkpoint(model: GPT, meta: dict, directory: str | Path) -> dict:
     save_file(state, str(tmp_weights))
     os.replace(tmp_weights, weights)
     meta = {**meta, "model_config": model.config.to_dict(), "params": model.num_params(),
-            "weights_sha256": file_sha256(weights)}
+            "weights_sha256": file_sha256(weights), "lineage": current_job_lineage()}
     tmp_meta = directory / (META_NAME + ".tmp")
     tmp_meta.write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str) + "\n")
     os.replace(tmp_meta, directory / META_NAME)

@@ -9,9 +9,16 @@ from typing import TextIO
 
 import torch
 
+from inferlab.lineage import set_job_lineage
 
-def start_job(log_path: str | Path, threads: int) -> TextIO:
-    """Sends stderr (tqdm bars, warnings, tracebacks) and logging to the job's log file."""
+
+def start_job(log_path: str | Path, threads: int, lineage: dict | None = None) -> TextIO:
+    """Sends stderr (tqdm bars, warnings, tracebacks) and logging to the job's log file.
+
+    `lineage` (inferlab.lineage.job_lineage) is then recorded in every table and checkpoint
+    the job writes.
+    """
+    set_job_lineage(lineage)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     handle = open(log_path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the job
     terminal = sys.stderr
@@ -27,4 +34,7 @@ def start_job(log_path: str | Path, threads: int) -> TextIO:
                         format="%(asctime)s %(levelname)s %(message)s")
     torch.set_num_threads(max(1, int(threads)))
     logging.info("torch %s, %d threads", torch.__version__, torch.get_num_threads())
+    if lineage:
+        logging.info("lineage: rule %s, code %s, config %s", lineage["rule"],
+                     str(lineage["code_sha256"])[:12], lineage["config_sha256"][:12])
     return handle

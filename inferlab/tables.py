@@ -1,4 +1,4 @@
-"""Parquet I/O: every table carries the machine stamp (and any extra provenance) in its metadata."""
+"""Parquet I/O: every table carries the machine stamp, the job's lineage and any extra provenance in its metadata."""
 
 from __future__ import annotations
 
@@ -10,14 +10,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from inferlab.lineage import current_job_lineage
+
 _META_KEY = b"inferlab.provenance"
 
 
 def write_table(df: pd.DataFrame, path: str | Path, provenance: dict | None = None) -> None:
-    """Writes atomically, so an interrupted job never leaves a readable half table."""
+    """Writes atomically, so an interrupted job never leaves a readable half table.
+
+    Inside a job started with a lineage (inferlab.jobs.start_job), the provenance gains `lineage`.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(df, preserve_index=False)
+    if current_job_lineage() is not None:
+        provenance = {**(provenance or {}), "lineage": current_job_lineage()}
     if provenance is not None:
         metadata = dict(table.schema.metadata or {})
         metadata[_META_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()

@@ -9,13 +9,14 @@ from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.generate import generate
 from inferlab.jobs import start_job
 from inferlab.kvbench import profile_cached_step, step_positions, time_steps
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp, resolve_device
 from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
 p = smk.params
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 device = resolve_device(p.device)
 model, meta = load_checkpoint(Path(smk.input.meta).parent, device)
 prompt, unk = encode_prompt(load_vocabulary(smk.input.vocab), p.prompt, device)

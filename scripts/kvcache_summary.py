@@ -6,12 +6,13 @@ import pandas as pd
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.kvbench import fit_table, summarize_timings
+from inferlab.lineage import job_lineage
 from inferlab.model import GPTConfig
 from inferlab.stamps import carried_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 meta = read_json(smk.input.meta)
 timings = pd.concat([read_table(path) for path in smk.input.timings], ignore_index=True)
 steps = read_table(smk.input.steps)

@@ -8,12 +8,13 @@ from inferlab.checkpoint import load_checkpoint, model_stamp
 from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.jobs import start_job
 from inferlab.kvbench import time_generation
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp, resolve_device
 from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 device = resolve_device(smk.params.device)
 model, meta = load_checkpoint(Path(smk.input.meta).parent, device)
 prompt, unk = encode_prompt(load_vocabulary(smk.input.vocab), smk.params.prompt, device)

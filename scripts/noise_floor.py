@@ -7,12 +7,13 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.checkpoint import read_meta
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.noise import noise_floor_table
 from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
-start_job(smk.log[0], 1)
+start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 metas = [read_meta(Path(path).parent) for path in [smk.input.base, *smk.input.reruns]]
 runs = [{"name": m["name"], "seed": m["train_config"]["seed"], "val_loss": m["val_loss"]} for m in metas]
 table = noise_floor_table(runs, smk.params.sigmas, smk.params.use, smk.params.fixed_value)

@@ -9,6 +9,7 @@ import torch
 from inferlab.checkpoint import load_checkpoint, load_token_ids, model_stamp
 from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.noise import floor_value
 from inferlab.provenance import machine_stamp
 from inferlab.quant import EMBEDDING_NOTE, SCALE_BITS
@@ -17,7 +18,7 @@ from inferlab.stamps import job_stamps
 from inferlab.tables import read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 model, meta = load_checkpoint(Path(smk.input.meta).parent, "cpu")
 floor_table = read_table(smk.input.floor)
 vocab = load_vocabulary(smk.input.vocab)

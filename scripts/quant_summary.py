@@ -3,12 +3,13 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.quant_bench import choose_scheme, summary_table
 from inferlab.stamps import carried_stamps
 from inferlab.tables import read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], 1)
+log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 summary = summary_table([read_table(path) for path in smk.input.schemes], smk.params.schemes)
 choice = choose_scheme(summary)
 provenance = carried_stamps(read_provenance(smk.input.schemes[0]), schemes=list(smk.params.schemes),

@@ -3,13 +3,14 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
 from inferlab.report.build import ReportPaths, run_information, write_report
 from inferlab.report.catalog import FIGURE_CATALOG
 from inferlab.report.inputs import load_inputs
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 out = smk.output
 tables = {key: str(getattr(smk.input, key)) for key in smk.params.producers}  # {key: path}
 metas = dict(zip(smk.params.models, smk.input.metas, strict=True))

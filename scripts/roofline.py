@@ -6,6 +6,7 @@ import pandas as pd
 from inferlab.anchor import load_anchor
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.model import GPTConfig
 from inferlab.provenance import format_machine
 from inferlab.roofline import anchor_roofline, best_rates, our_roofline, param_bytes
@@ -13,7 +14,7 @@ from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 meta = read_json(smk.input.meta)
 probes = read_table(smk.input.probe)
 machine = read_provenance(smk.input.probe)["machine"]

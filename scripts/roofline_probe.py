@@ -3,6 +3,7 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp, resolve_device
 from inferlab.roofline import param_bytes, run_probes
 from inferlab.stamps import job_stamps
@@ -10,7 +11,7 @@ from inferlab.tables import read_json, write_table
 
 smk = snakemake  # noqa: F821
 p = smk.params
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 device = resolve_device(p.device)
 weight_bytes = read_json(smk.input.meta)["params"] * param_bytes()  # the size a decode step streams
 table = run_probes(device, [weight_bytes, int(p.probe_mb * 2**20)], p.matmul_size, p.repeats)

@@ -8,13 +8,14 @@ from tqdm import tqdm
 from inferlab.checkpoint import load_checkpoint, load_token_ids, model_stamp
 from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
 from inferlab.repetition import corpus_ngram_index, generate_cell
 from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 p = smk.params
 vocab = load_vocabulary(smk.input.vocab)
 model, meta = load_checkpoint(Path(smk.input.meta).parent,

@@ -10,13 +10,14 @@ from inferlab.checkpoint import load_checkpoint, model_stamp
 from inferlab.corpus import encode_prompt, load_vocabulary
 from inferlab.generate import prefill
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
 from inferlab.sampling import distribution_rows, logits_export
 from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_json, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 vocab = load_vocabulary(smk.input.vocab)
 model, meta = load_checkpoint(Path(smk.input.meta).parent,
                               expected_vocab_sha256=read_json(smk.input.stats)["vocab_sha256"])

@@ -4,12 +4,13 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.repetition import example_texts, summarise
 from inferlab.stamps import carried_stamps
 from inferlab.tables import read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], 1)
+log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 models = {read_provenance(path)["model"]["checkpoint_sha256"] for path in smk.input}
 if len(models) != 1:
     raise ValueError(f"the cell tables come from {len(models)} different checkpoints; rerun the stale cells")

@@ -7,6 +7,7 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 from inferlab.checkpoint import load_checkpoint, model_stamp
 from inferlab.corpus import load_vocabulary
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
 from inferlab.speculative import SamplingSettings
 from inferlab.speculative_bench import encode_prompts, run_forward_timing, run_greedy_identity, run_group
@@ -14,7 +15,7 @@ from inferlab.stamps import job_stamps
 from inferlab.tables import write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 p = smk.params
 vocab = load_vocabulary(smk.input.vocab)
 target, target_meta = load_checkpoint(Path(smk.input.target_meta).parent, expected_vocab_sha256=vocab.sha256())

@@ -5,12 +5,13 @@ import pandas as pd
 
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.speculative_bench import best_groups, summarise
 from inferlab.stamps import carried_stamps
 from inferlab.tables import read_json, read_provenance, read_table, write_table
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 p = smk.params
 runs = pd.concat([read_table(path) for path in smk.input.runs], ignore_index=True)
 forward = pd.concat([read_table(path) for path in smk.input.forward], ignore_index=True)

@@ -6,6 +6,7 @@ from inferlab.checkpoint import load_token_ids, save_checkpoint
 from inferlab.configcheck import training_chars_needed, validation_chars_needed
 from inferlab.corpus import require_chars
 from inferlab.jobs import start_job
+from inferlab.lineage import job_lineage
 from inferlab.model import GPTConfig
 from inferlab.provenance import machine_stamp
 from inferlab.stamps import job_stamps
@@ -13,7 +14,7 @@ from inferlab.tables import read_json, write_table
 from inferlab.train import TrainConfig, train_model
 
 smk = snakemake  # noqa: F821
-log = start_job(smk.log[0], smk.threads)
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 corpus_stats = read_json(smk.input.stats)
 train_cfg = TrainConfig(**smk.params.train_config)
 train_ids, val_ids = load_token_ids(smk.input.train), load_token_ids(smk.input.val)

@@ -1,13 +1,17 @@
 """End to end: the whole quick DAG on a synthetic corpus, in a temporary directory.
 
-Checks that a complete run leaves nothing to do, and that changing one setting reruns
-only the jobs that depend on it.
+Checks that a complete run leaves nothing to do, that changing one setting reruns only the
+jobs that depend on it, and that code is part of the DAG: a semantic edit to the package reruns
+exactly the rules whose scripts import the edited module (the temp workflow has its own copy of
+inferlab/ to edit), while comments, docstrings and `touch` rerun nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +20,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from inferlab.lineage import code_sha256
+from inferlab.report.lineage import CURRENT, STALE, lineage_table
+from inferlab.tables import read_json, read_provenance
 from tests.conftest import synthetic_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +72,7 @@ def completed_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("workflow")
     for name in ("Snakefile", "workflow", "scripts", "config"):
         (workdir / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / "inferlab", workdir / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
     (workdir / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
     quick = yaml.safe_load((ROOT / "config/quick.yaml").read_text(encoding="utf-8"))
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(_merge(quick, TINY), allow_unicode=True), encoding="utf-8")
@@ -129,10 +137,104 @@ def test_bad_config_key_fails_naming_it(completed_run):
 
 
 def test_missing_corpus_says_where_to_put_it(tmp_path):
-    for name in ("Snakefile", "workflow", "scripts", "config"):
+    for name in ("Snakefile", "workflow", "scripts", "config", "inferlab"):
         (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({"corpus_url": ""}))
     result = _snakemake(tmp_path, "--config", "corpus_path=nowhere/corpus.txt", "--",
                         "results/corpus/stats.json")
     assert result.returncode != 0
     assert "nowhere/corpus.txt" in result.stdout + result.stderr
+
+
+# ----------------------------------------------------------------------------- code is part of the DAG
+
+@pytest.fixture
+def edit_package(completed_run):
+    """Edits files of the run's inferlab/ copy; restores their text afterwards."""
+    originals = {}
+
+    def edit(name: str, change) -> None:
+        path = completed_run / "inferlab" / name
+        originals.setdefault(path, path.read_text(encoding="utf-8"))
+        path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+    yield edit
+    for path, text in originals.items():
+        path.write_text(text, encoding="utf-8")
+
+
+def _dry_run_jobs(workdir: Path, *args: str) -> dict[str, int]:
+    result = _snakemake(workdir, "-n", *args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return _planned_jobs(result.stdout + result.stderr)
+
+
+def _add_constant(text: str) -> str:
+    return text + "\n\nLINEAGE_PROBE = len(__name__)  # a semantic edit: new code that runs on import\n"
+
+
+@pytest.mark.slow
+def test_semantic_quant_edit_reruns_exactly_the_quant_jobs_and_report(completed_run, edit_package):
+    schemes = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))["quantization"]["schemes"]
+    edit_package("quant.py", _add_constant)
+    assert _dry_run_jobs(completed_run) == {"quant_scheme": len(schemes), "quant_summary": 1, "report": 1, "all": 1}
+
+
+@pytest.mark.slow
+def test_semantic_model_edit_reruns_every_training_and_experiment(completed_run, edit_package):
+    everything = _dry_run_jobs(completed_run, "--forceall")
+    edit_package("model.py", _add_constant)
+    jobs = _dry_run_jobs(completed_run)
+    assert jobs == {rule: n for rule, n in everything.items() if rule not in ("prepare_corpus", "download_corpus")}
+    assert jobs["train_model"] == 3 and jobs["train_noise_rerun"] >= 1
+
+
+@pytest.mark.slow
+def test_semantic_report_edit_reruns_only_the_report(completed_run, edit_package):
+    edit_package("report/render.py", _add_constant)
+    assert _dry_run_jobs(completed_run) == {"report": 1, "all": 1}
+
+
+@pytest.mark.slow
+def test_comment_and_docstring_edits_rerun_nothing(completed_run, edit_package):
+    edit_package("quant.py", lambda text: "# a comment on top\n" + text.replace('"""', '"""Reworded. ', 1))
+    edit_package("quant.py", lambda text: text.replace("\n\n\n", "\n\n\n# another comment\n", 1))
+    assert _dry_run_jobs(completed_run) == {}
+
+
+@pytest.mark.slow
+def test_touching_the_package_reruns_nothing(completed_run):
+    for path in (completed_run / "inferlab").glob("*.py"):
+        path.touch()
+    assert _dry_run_jobs(completed_run) == {}
+
+
+def _current_code_hashes(workdir: Path) -> dict[str, str]:
+    """{rule: code_sha256} as common.smk computes it, read from the rule files' code_hash(...) params."""
+    common = (ROOT / "workflow/rules/common.smk").read_text(encoding="utf-8")
+    compute = ast.literal_eval(re.search(r"COMPUTE_SCRIPTS = (\{.*?\})", common, re.S).group(1))
+    hashes = {}
+    for rules in (ROOT / "workflow/rules").glob("*.smk"):
+        text = rules.read_text(encoding="utf-8")
+        for rule, script in re.findall(r"^rule (\w+):.*?code_hash\(\"(\w+)\"\)", text, re.S | re.M):
+            hashes[rule] = code_sha256(workdir / f"scripts/{script}.py", workdir, compute=script in compute)
+    return hashes
+
+
+@pytest.mark.slow
+def test_every_output_records_a_current_lineage_and_a_code_edit_makes_it_stale(completed_run, edit_package):
+    tables = sorted((completed_run / "results").rglob("*.parquet"))
+    provenance = {str(path.relative_to(completed_run)): read_provenance(path) for path in tables
+                  if "benchmarks" not in path.parts}
+    meta = "results/models/ref_baseline/meta.json"
+    provenance[meta] = read_json(completed_run / meta)
+    provenance["results/milestones.parquet"] = read_provenance(completed_run / "results/milestones.parquet")
+    lineage = provenance["results/quant/summary.parquet"]["lineage"]
+    assert set(lineage) == {"rule", "code_sha256", "config_sha256", "inputs_sha256"}
+    assert any(path.startswith("results/quant/") for path in lineage["inputs_sha256"])
+    table = lineage_table(provenance, _current_code_hashes(completed_run), workdir=completed_run)
+    assert set(table["status"]) == {CURRENT}, table[table["status"] != CURRENT].to_string()
+    edit_package("quant.py", _add_constant)
+    table = lineage_table(provenance, _current_code_hashes(completed_run), workdir=completed_run).set_index("path")
+    assert table.loc["results/quant/summary.parquet", "status"] == STALE
+    assert table.loc["results/kvcache/summary.parquet", "status"] == CURRENT

@@ -6,17 +6,20 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
+# Job scripts import the inferlab package from this checkout through scripts/_checkout.py (also
+# in conda jobs, where Snakemake clears PYTHONPATH). The rule files import its torch-free parts
+# (lineage, configcheck, schemes) at parse time, from this checkout too (even when the Snakefile
+# is a link from elsewhere), and the code hashes read, never import, the package's modules.
+_CHECKOUT = str(Path(workflow.current_basedir).resolve().parents[1])
+if sys.path[:1] != [_CHECKOUT]:
+    sys.path.insert(0, _CHECKOUT)
+from inferlab.lineage import code_sha256  # noqa: E402
+
 min_version("9.0")
 
 
 validate(config, schema="../schemas/config.schema.yaml")
 
-# Job scripts import the inferlab package from this checkout through scripts/_checkout.py (also
-# in conda jobs, where Snakemake clears PYTHONPATH). The rule files import its torch-free parts
-# at parse time, from this checkout too (even when the Snakefile is a link from elsewhere).
-_CHECKOUT = str(Path(workflow.current_basedir).resolve().parents[1])
-if sys.path[:1] != [_CHECKOUT]:
-    sys.path.insert(0, _CHECKOUT)
 CONDA_ENV = "../envs/inferlab.yaml"
 
 from inferlab import configcheck
@@ -73,6 +76,42 @@ DOWNLOADED_CORPUS = "data/download/pg23950.txt"
 def corpus_source():
     """The configured file when it exists, else the download rule's output."""
     return config["corpus_path"] if Path(config["corpus_path"]).is_file() else DOWNLOADED_CORPUS
+
+
+# Code is part of the DAG: every rule has the param code_sha256=code_hash("<its script>"), the hash
+# of its script and the inferlab modules it imports (inferlab/lineage.py), so a semantic edit to
+# the package reruns exactly the rules whose code changed. Compute rules (their numbers depend on
+# the numeric stack) also hash the torch, numpy and Python versions.
+SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
+COMPUTE_SCRIPTS = {"train", "kvcache_timing", "kvcache_steps", "roofline_probe", "sampling_distribution",
+                   "sampling_cell", "speculative_group", "speculative_baseline", "quant_scheme"}
+_CODE_HASHES = {}
+
+
+def code_hash(script):
+    """code_sha256 of scripts/<script>.py: the param every rule declares."""
+    if script not in _CODE_HASHES:
+        _CODE_HASHES[script] = code_sha256(SCRIPTS_DIR / f"{script}.py", workflow.basedir,
+                                           compute=script in COMPUTE_SCRIPTS)
+    return _CODE_HASHES[script]
+
+
+def all_code_hashes():
+    """{rule: current code_sha256} of every rule defined so far, for the report's staleness check.
+
+    Also checks each rule's code_sha256 param names the script the rule runs, so the two cannot drift.
+    """
+    hashes = {}
+    for defined in workflow.rules:
+        if defined.script is None:
+            continue
+        script = Path(defined.script).stem
+        declared = dict(defined.params.items()).get("code_sha256")
+        if declared != code_hash(script):
+            raise ValueError(f"{defined.name}: its param code_sha256 must be code_hash({script!r}), "
+                             f"the script it runs")
+        hashes[defined.name] = declared
+    return hashes
 
 
 def training_minutes(name):

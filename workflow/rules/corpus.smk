@@ -6,6 +6,7 @@ rule download_corpus:
     output:
         DOWNLOADED_CORPUS,
     params:
+        code_sha256=code_hash("download_corpus"),
         url=config.get("corpus_url", ""),
         configured_path=config["corpus_path"],
         sha256=config.get("corpus_sha256"),
@@ -23,6 +24,7 @@ rule prepare_corpus:
     output:
         **CORPUS,
     params:
+        code_sha256=code_hash("prepare_corpus"),
         val_fraction=config["corpus"]["val_fraction"],
         vocab_size=config["corpus"]["vocab_size"],
     log:

@@ -23,6 +23,7 @@ rule kvcache_timing:
     output:
         f"{KV_DIR}/timings/len{{length}}.parquet",
     params:
+        code_sha256=code_hash("kvcache_timing"),
         model_name=TARGET,
         device=KV["device"],
         prompt=KV["prompt"],
@@ -54,6 +55,7 @@ rule kvcache_steps:
         steps=f"{KV_DIR}/steps.parquet",
         profile=f"{KV_DIR}/profile.parquet",
     params:
+        code_sha256=code_hash("kvcache_steps"),
         model_name=TARGET,
         device=KV["device"],
         prompt=KV["prompt"],
@@ -86,6 +88,7 @@ rule kvcache_summary:
         summary=f"{KV_DIR}/summary.parquet",
         fit=f"{KV_DIR}/fit.parquet",
     params:
+        code_sha256=code_hash("kvcache_summary"),
         model_name=TARGET,
     log:
         "logs/kvcache_summary.log",
@@ -103,6 +106,7 @@ rule roofline_probe:
     output:
         "results/roofline/probe.parquet",
     params:
+        code_sha256=code_hash("roofline_probe"),
         device=KV["device"],
         probe_mb=ROOFLINE["probe_mb"],
         matmul_size=ROOFLINE["matmul_size"],
@@ -130,6 +134,7 @@ rule roofline:
     output:
         "results/roofline.parquet",
     params:
+        code_sha256=code_hash("roofline"),
         model_name=TARGET,
         anchor_context_tokens=ROOFLINE["anchor_context_tokens"],
     log:

@@ -30,6 +30,7 @@ rule quant_scheme:
     output:
         f"{QUANT_DIR}/{{scheme}}.parquet",
     params:
+        code_sha256=code_hash("quant_scheme"),
         scheme="{scheme}",
         model_name=TARGET,
         seq_len=_QUANT_SEQ_LEN,
@@ -59,6 +60,7 @@ rule quant_summary:
         summary=f"{QUANT_DIR}/summary.parquet",
         choice=f"{QUANT_DIR}/choice.parquet",
     params:
+        code_sha256=code_hash("quant_summary"),
         schemes=QUANT_SCHEMES,
         gptq=QUANT["gptq"],
     log:

@@ -45,12 +45,14 @@ rule report:
         figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
                  for stem, fig in FIGURE_CATALOG.items()],
     params:
+        code_sha256=code_hash("report"),
         models=MODELS,
         target=TARGET,
         producers={key: rule for key, (rule, _) in REPORT_TABLES.items()},
         # the settings the milestone checks need (expected grid cells, repeat counts)
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},
         config=config,   # hashed into the report's provenance section
+        code_hashes=all_code_hashes(),   # current code_sha256 per rule: the staleness check of inputs
         benchmark_dir="results/benchmarks",
     log:
         "logs/report.log",

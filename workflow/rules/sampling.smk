@@ -22,6 +22,7 @@ rule sampling_distribution:
         logits="results/sampling/logits.json",
         table="results/sampling/distribution.parquet",
     params:
+        code_sha256=code_hash("sampling_distribution"),
         prompt=SAMPLING["prompt"],
         model=TARGET,
         cells=list(SAMPLING_CELLS.values()),
@@ -44,6 +45,7 @@ rule sampling_cell:
     output:
         "results/sampling/cells/{cell}.parquet",
     params:
+        code_sha256=code_hash("sampling_cell"),
         model=TARGET,
         cell=lambda w: REPETITION_CELLS[w.cell],
         prompts=SAMPLING["repetition"]["prompts"],
@@ -73,6 +75,7 @@ rule sampling_repetition:
         summary="results/sampling/repetition.parquet",
         examples="results/sampling/samples.parquet",
     params:
+        code_sha256=code_hash("sampling_repetition"),
         resamples=SAMPLING["repetition"]["bootstrap_resamples"],
         seed=SAMPLING["repetition"]["seed"],
         example_texts=SAMPLING["repetition"]["example_texts"],
@@ -91,6 +94,7 @@ rule sampling_default:
     output:
         "results/sampling/default.parquet",
     params:
+        code_sha256=code_hash("sampling_default"),
         max_in_corpus_drop=SAMPLING["default_rule"]["max_in_corpus_drop"],
     log:
         "logs/sampling/default.log",

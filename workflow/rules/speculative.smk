@@ -30,6 +30,7 @@ rule speculative_group:
         greedy=f"{SPEC_DIR}/groups/{{draft}}_k{{k}}_greedy.parquet",
         forward=f"{SPEC_DIR}/groups/{{draft}}_k{{k}}_forward.parquet",
     params:
+        code_sha256=code_hash("speculative_group"),
         target=TARGET,
         draft=lambda w: w.draft,
         k=lambda w: int(w.k),
@@ -59,6 +60,7 @@ rule speculative_baseline:
     output:
         f"{SPEC_DIR}/baseline.parquet",
     params:
+        code_sha256=code_hash("speculative_baseline"),
         target=TARGET,
         **SPEC_DECODE_PARAMS,
     log:
@@ -90,6 +92,7 @@ rule speculative_summary:
         greedy=f"{SPEC_DIR}/greedy_identity.parquet",
         runs=f"{SPEC_DIR}/runs.parquet",
     params:
+        code_sha256=code_hash("speculative_summary"),
         target=TARGET,
         drafts=SPEC["drafts"],
     log:

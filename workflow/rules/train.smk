@@ -13,6 +13,7 @@ rule train_model:
         meta="results/models/{model}/meta.json",
         curve="results/models/{model}/loss_curve.parquet",
     params:
+        code_sha256=code_hash("train"),
         name="{model}",
         model_config=lambda w: model_config(w.model),
         train_config=lambda w: train_config(w.model),
@@ -42,6 +43,7 @@ rule train_noise_rerun:
         meta="results/noise/seed{seed}/meta.json",
         curve="results/noise/seed{seed}/loss_curve.parquet",
     params:
+        code_sha256=code_hash("train"),
         name=lambda w: f"{TARGET}_seed{w.seed}",
         model_config=lambda w: model_config(TARGET),
         train_config=lambda w: {**train_config(TARGET), "seed": int(w.seed)},
@@ -71,6 +73,7 @@ rule noise_floor:
     output:
         "results/noise_floor.parquet",
     params:
+        code_sha256=code_hash("noise_floor"),
         sigmas=config["noise_floor"]["sigmas"],
         use=config["noise_floor"]["use"],
         fixed_value=config["noise_floor"]["fixed_value"],

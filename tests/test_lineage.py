@@ -1,0 +1,167 @@
+"""Code lineage: the AST import closure and its hash, the record jobs write, the report's chain check."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+
+from inferlab import lineage
+from inferlab.lineage import code_identity, code_sha256, import_closure, job_lineage
+from inferlab.report.lineage import CURRENT, NO_LINEAGE, STALE, lineage_table, stale_inputs
+from inferlab.tables import read_provenance, write_table
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+PACKAGE = {
+    "inferlab/__init__.py": '"""The package."""\n',
+    "inferlab/quant.py": '''\
+        """Quantization."""
+        from inferlab.model import GPT
+
+        BITS = 8  # the default width
+
+
+        def quantize(x):
+            """Rounds x."""
+            return round(x * BITS)
+        ''',
+    "inferlab/model.py": "GPT = object\n",
+    "inferlab/unused.py": "X = 1\n",
+    "inferlab/report/__init__.py": "",
+    "inferlab/report/build.py": "from . import render\nfrom .render import page\n",
+    "inferlab/report/render.py": "def page():\n    return 1\n",
+    "scripts/job.py": "from inferlab.quant import quantize\nprint(quantize(1))\n",
+    "scripts/report.py": "from inferlab.report import build\n",
+}
+
+
+def _package(tmp_path: Path) -> Path:
+    _write(tmp_path, PACKAGE)
+    return tmp_path
+
+
+def test_closure_follows_from_imports_transitively_and_skips_unused_modules(tmp_path):
+    root = _package(tmp_path)
+    assert set(import_closure(root / "scripts/job.py", root)) == {"inferlab", "inferlab.quant", "inferlab.model"}
+
+
+def test_closure_follows_from_package_import_module_and_relative_imports(tmp_path):
+    root = _package(tmp_path)
+    assert set(import_closure(root / "scripts/report.py", root)) == {
+        "inferlab", "inferlab.report", "inferlab.report.build", "inferlab.report.render"}
+
+
+def test_closure_sees_imports_inside_functions(tmp_path):
+    root = _package(tmp_path)
+    _write(root, {"scripts/lazy.py": "def main():\n    import inferlab.unused\n"})
+    assert "inferlab.unused" in import_closure(root / "scripts/lazy.py", root)
+
+
+def _edit(root: Path, name: str, old: str, new: str) -> None:
+    path = root / name
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_docstring_comment_and_formatting_edits_keep_the_hash(tmp_path):
+    root = _package(tmp_path)
+    before = code_sha256(root / "scripts/job.py", root, compute=False)
+    _edit(root, "inferlab/quant.py", '"""Rounds x."""', '"""Rounds x to the nearest integer step."""')
+    _edit(root, "inferlab/quant.py", "# the default width", "# why eight: the seed's default")
+    _edit(root, "inferlab/quant.py", "return round(x * BITS)", "return round(\n        x * BITS\n    )")
+    _edit(root, "inferlab/quant.py", '"""Quantization."""', '"""Quantization, documented at length."""')
+    assert code_sha256(root / "scripts/job.py", root, compute=False) == before
+
+
+def test_a_semantic_edit_anywhere_in_the_closure_changes_the_hash(tmp_path):
+    root = _package(tmp_path)
+    before = code_sha256(root / "scripts/job.py", root, compute=False)
+    _edit(root, "inferlab/model.py", "GPT = object", "GPT = object\nLAYERS = 2")
+    after_model = code_sha256(root / "scripts/job.py", root, compute=False)
+    assert after_model != before
+    _edit(root, "inferlab/quant.py", "BITS = 8", "BITS = 4")
+    assert code_sha256(root / "scripts/job.py", root, compute=False) not in (before, after_model)
+
+
+def test_an_edit_outside_the_closure_keeps_the_hash(tmp_path):
+    root = _package(tmp_path)
+    before = code_sha256(root / "scripts/job.py", root, compute=False)
+    _edit(root, "inferlab/unused.py", "X = 1", "X = 2")
+    _edit(root, "inferlab/report/render.py", "return 1", "return 2")
+    assert code_sha256(root / "scripts/job.py", root, compute=False) == before
+
+
+def test_touch_keeps_the_hash(tmp_path):
+    root = _package(tmp_path)
+    before = code_sha256(root / "scripts/job.py", root, compute=False)
+    for path in (root / "inferlab").rglob("*.py"):
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert code_sha256(root / "scripts/job.py", root, compute=False) == before
+
+
+def test_compute_rules_hash_the_numeric_stack_versions(tmp_path, monkeypatch):
+    root = _package(tmp_path)
+    versions = code_identity(root / "scripts/job.py", root, compute=True)["versions"]
+    assert set(versions) == {"python", "torch", "numpy"}
+    assert "versions" not in code_identity(root / "scripts/job.py", root, compute=False)
+    before = code_sha256(root / "scripts/job.py", root, compute=True)
+    monkeypatch.setattr(lineage, "stack_versions", lambda: {**versions, "torch": "0.0.1"})
+    assert code_sha256(root / "scripts/job.py", root, compute=True) != before
+
+
+def test_the_real_workflow_scripts_resolve_their_closures():
+    root = Path(__file__).resolve().parent.parent
+    quant = import_closure(root / "scripts/quant_scheme.py", root)
+    report = import_closure(root / "scripts/report.py", root)
+    assert {"inferlab.quant", "inferlab.model", "inferlab.checkpoint"} <= set(quant)
+    assert "inferlab.report.build" in report and "inferlab.model" not in report
+
+
+def test_jobs_record_their_lineage_in_every_table(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("data", encoding="utf-8")
+    record = job_lineage("quant_scheme", {"code_sha256": "abc", "scheme": "int8"}, [str(source)])
+    assert record["code_sha256"] == "abc" and record["rule"] == "quant_scheme"
+    assert record["inputs_sha256"] == {str(source): lineage.file_sha256(source)}
+    assert record["config_sha256"] == job_lineage("x", {"scheme": "int8", "code_sha256": "other"}, [])["config_sha256"]
+    assert record["config_sha256"] != job_lineage("x", {"scheme": "int4"}, [])["config_sha256"]
+    lineage.set_job_lineage(record)
+    try:
+        write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet", provenance={"machine": {"os": "x"}})
+        write_table(pd.DataFrame({"a": [1]}), tmp_path / "bare.parquet")
+    finally:
+        lineage.set_job_lineage(None)
+    assert read_provenance(tmp_path / "t.parquet") == {"machine": {"os": "x"}, "lineage": record}
+    assert read_provenance(tmp_path / "bare.parquet") == {"lineage": record}
+
+
+def test_lineage_table_marks_old_code_changed_inputs_and_missing_lineage(tmp_path):
+    source = tmp_path / "results/in.parquet"
+    source.parent.mkdir()
+    source.write_bytes(b"v1")
+    record = {"rule": "quant_summary", "code_sha256": "new", "config_sha256": "c",
+              "inputs_sha256": {"results/in.parquet": lineage.file_sha256(source)}}
+    provenance = {
+        "ok": {"lineage": record},
+        "old_code": {"lineage": {**record, "code_sha256": "old"}},
+        "gone_rule": {"lineage": {**record, "rule": "retired"}},
+        "by_hand": {"machine": {}},
+    }
+    table = lineage_table(provenance, {"quant_summary": "new"}, workdir=tmp_path)
+    assert list(table.columns) == ["path", "rule", "recorded_code_sha256", "current_code_sha256", "status", "reason"]
+    assert dict(zip(table["path"], table["status"], strict=True)) == {
+        "ok": CURRENT, "old_code": STALE, "gone_rule": STALE, "by_hand": NO_LINEAGE}
+    assert stale_inputs(table, ["ok", "old_code"]) == ["old_code"]
+    source.write_bytes(b"v2")  # an input replaced behind the workflow's back
+    table = lineage_table({"ok": {"lineage": record}}, {"quant_summary": "new"}, workdir=tmp_path)
+    assert table["status"].tolist() == [STALE] and "results/in.parquet" in table["reason"].iloc[0]
