@@ -5,7 +5,8 @@ experiment measured it, so a diff between two runs can tell a real change from a
 
 - noise_floor:  a loss; low/high = value -/+ the training-noise floor;
 - bootstrap_ci: a rate over samples; low/high = the 95% bootstrap CI of the mean;
-- rep_range:    a timing; low/high = min/max over the reruns (NaN when the producer kept no spread);
+- rep_range:    a timing; low/high = min/max over the reruns (NaN when the producer kept no spread
+                or ran fewer than MIN_REPS_FOR_RANGE reruns);
 - exact:        a deterministic number (counts, seeded results, closed forms); any difference is real.
 
 Timings (`timing` = True) depend on the machine, so the stamps ride along as flat columns.
@@ -32,6 +33,11 @@ STAMP_COLUMNS = ["model", "checkpoint_sha256", "machine_cpu_model", "machine_dev
 # The machine columns a timing is only comparable across when they are equal.
 MACHINE_COLUMNS = ["machine_cpu_model", "machine_device", "machine_device_name", "machine_node"]
 
+# A min-max range over fewer reruns than this is no estimate of the noise (with 2 reruns a
+# rerun's median falls outside the first run's range a third of the time); such rows keep
+# NaN bounds and the diff says "no noise estimate" instead of guessing.
+MIN_REPS_FOR_RANGE = 3
+
 # Direction of the repetition metrics; a metric not listed here (a new one) gets None (no direction).
 REPETITION_DIRECTION = {"seq_rep_4": False, "distinct_1": True, "distinct_2": True,
                         "in_corpus_4gram_share": True, "nll_per_token": False}
@@ -44,6 +50,13 @@ def _row(experiment: str, metric: str, key: str, value, unit: str, noise_kind: s
             "value": float(value) if value is not None else math.nan, "text_value": text_value,
             "unit": unit, "low": float(low), "high": float(high), "noise_kind": noise_kind,
             "timing": timing, "higher_is_better": higher_is_better}
+
+
+def _range(low, high, reps) -> dict:
+    """low/high of a rep range, or NaN when too few reruns were kept for the range to mean anything."""
+    if reps is None or _is_nan(reps) or int(reps) < MIN_REPS_FOR_RANGE:
+        return {"low": math.nan, "high": math.nan}
+    return {"low": low, "high": high}
 
 
 def _key(record: dict, *parts: str, fmt: Callable[[dict], str] | None = None) -> str:
@@ -76,11 +89,12 @@ def kv_summary_rows(summary: pd.DataFrame | None) -> list[dict]:
         if length_key not in seen:  # the ratio repeats on both mode rows of a length
             seen.add(length_key)
             rows.append(_row("kvcache", "speed_ratio", length_key, r["speed_ratio"], "x", REP_RANGE,
-                             low=r["speed_ratio_min"], high=r["speed_ratio_max"], timing=True,
+                             **_range(r["speed_ratio_min"], r["speed_ratio_max"], r.get("reps")), timing=True,
                              higher_is_better=True))
         rows.append(_row("kvcache", "ms_per_token", _key(r, fmt=lambda x: f"{x['length']} {x['mode']}"),
-                         r["ms_per_token_median"], "ms/token", REP_RANGE, low=r["ms_per_token_min"],
-                         high=r["ms_per_token_max"], timing=True, higher_is_better=False))
+                         r["ms_per_token_median"], "ms/token", REP_RANGE,
+                         **_range(r["ms_per_token_min"], r["ms_per_token_max"], r.get("reps")), timing=True,
+                         higher_is_better=False))
     return rows
 
 
@@ -165,8 +179,8 @@ def spec_summary_rows(summary: pd.DataFrame | None) -> list[dict]:
             rows.append(_row("speculative", metric, key, r[metric], unit, REP_RANGE, timing=True,
                              higher_is_better=True))
         rows.append(_row("speculative", "wall_speedup", key, r["wall_speedup"], "x", REP_RANGE,
-                         low=r.get("wall_speedup_min", math.nan), high=r.get("wall_speedup_max", math.nan),
-                         timing=True, higher_is_better=True))
+                         **_range(r.get("wall_speedup_min", math.nan), r.get("wall_speedup_max", math.nan),
+                                  r.get("timing_reps")), timing=True, higher_is_better=True))
     return rows
 
 
