@@ -151,7 +151,9 @@ def _fmt(value, text=None) -> str:
 
 
 def _signed(value, suffix: str = "") -> str:
-    return "–" if _missing(value) else f"{value:+.3g}{suffix}"
+    if _missing(value):
+        return "–"
+    return f"{value:+.0f}{suffix}" if abs(value) >= 100 else f"{value:+.3g}{suffix}"
 
 
 def counts(diff: pd.DataFrame) -> dict[str, int]:
@@ -172,8 +174,10 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
               "|---|---|---|---|---|---|---|---|---|"]
     for r in shown.itertuples():
         unit = f" {r.unit}" if isinstance(r.unit, str) and r.unit else ""
+        texts = not (_missing(r.old_text) and _missing(r.new_text))  # a status or a choice: no Δ
+        delta, pct = (math.nan, math.nan) if texts else (r.delta, r.delta_pct)
         lines.append(f"| **{r.verdict}** | {r.experiment} | {r.metric} | {r.key} | {_fmt(r.old, r.old_text)} | "
-                     f"{_fmt(r.new, r.new_text)} | {_signed(r.delta, unit)} | {_signed(r.delta_pct, '%')} | "
+                     f"{_fmt(r.new, r.new_text)} | {_signed(delta, unit)} | {_signed(pct, '%')} | "
                      f"{r.noise_kind} |")
     hidden = len(diff) - len(shown)
     if hidden:
