@@ -24,6 +24,7 @@ import argparse
 import io
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,37 @@ def diff_figure(old: pd.DataFrame, new: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
+# ------------------------------------------------------------------------------- for the report rule
+
+
+@dataclass
+class Changes:
+    """What the report's "Changes since …" section shows; old_label is None when there is nothing to compare."""
+
+    old_label: str | None
+    table: pd.DataFrame | None
+    markdown: str
+    figure_png: bytes | None
+
+
+def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
+                  reference: Path = DEFAULT_REFERENCE) -> Changes:
+    """The diff of this run's table against the latest ledger entry, else the pinned reference.
+
+    Call it before this run is appended to the ledger (the report must show the diff, and the
+    ledger records the report's hashes, so the append comes last).
+    """
+    try:
+        old_path = default_old(None, new, Path(history), Path(reference))
+    except FileNotFoundError:
+        return Changes(None, None, "## Changes since …\n\nNo earlier run in the ledger and no pinned "
+                       f"reference ({reference}): nothing to compare with yet.\n", None)
+    old = load(old_path)
+    table = diff_metrics(old, new)
+    return Changes(_label(old_path), table, to_markdown(table, _label(old_path), "this run"),
+                   diff_figure(old, new))
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 
@@ -245,14 +277,19 @@ def default_new(history: Path) -> Path:
     return latest
 
 
-def default_old(new_path: Path, new_table: pd.DataFrame, history: Path, reference: Path) -> Path:
-    """The ledger entry before NEW (skipping NEW's own entry), else the pinned reference."""
-    if new_path.is_dir() and new_path.parent.resolve() == history.resolve():
+def default_old(new_path: Path | None, new_table: pd.DataFrame, history: Path, reference: Path) -> Path:
+    """The ledger entry before NEW, else the pinned reference.
+
+    new_path: NEW's file or ledger entry; None for a run not yet in the ledger. When NEW is a
+    file whose content equals the latest entry's, that entry is NEW itself and is skipped.
+    """
+    if new_path is not None and new_path.is_dir() and new_path.parent.resolve() == history.resolve():
         previous = ledger.previous_run(history, before=new_path.name)
     else:
         previous = ledger.previous_run(history)
-        if previous is not None and ledger.read_manifest(previous).get("metrics_hash") == ledger.table_hash(new_table):
-            previous = ledger.previous_run(history, before=previous.name)  # that entry is NEW itself
+        if (new_path is not None and previous is not None
+                and ledger.read_manifest(previous).get("metrics_hash") == ledger.table_hash(new_table)):
+            previous = ledger.previous_run(history, before=previous.name)
     if previous is not None:
         return previous
     if reference.is_file():

@@ -66,7 +66,8 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
     rows = []
     for name, (bits, delta, kl) in SCHEMES.items():
         delta = (changes or {}).get(name, delta)
-        rows.append(pd.DataFrame([{"scheme": name, "method": "rtn", "bits": bits, "effective_bits_per_weight": bits + 0.01,
+        rows.append(pd.DataFrame([{"scheme": name, "method": "rtn", "bits": bits,
+                                   "effective_bits_per_weight": bits + 0.01,
                                    "eval_tokens": 1000, "loss": 4.0 + delta, "fp32_loss": 4.0, "delta_loss": delta,
                                    "kl_mean_nats": kl, "top1_agreement": 1 - kl, "noise_floor": FLOOR,
                                    "speed_status": "quality only", "ms_per_token": np.nan,
@@ -252,3 +253,15 @@ def test_cli_pin_then_diff_against_the_reference(tmp_path, capsys):
     assert "No metric changed beyond its noise." in capsys.readouterr().out
     missing = tmp_path / "nothing.parquet"
     assert diff.main([str(missing), str(new)]) == 2
+
+
+def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_path):
+    from inferlab import ledger
+
+    history, reference = tmp_path / "history", tmp_path / "reference.parquet"
+    nothing = diff.changes_since(run_metrics(), history, reference)
+    assert nothing.old_label is None and "nothing to compare" in nothing.markdown
+    entry = ledger.append_run(history, run_metrics(), {}, [])
+    changes = diff.changes_since(run_metrics(), history, reference)  # identical: still compared, not skipped
+    assert changes.old_label == f"run {entry.name}" and changed(changes.table).empty
+    assert changes.figure_png[:4] == b"\x89PNG"
