@@ -252,16 +252,19 @@ TABLE_ROWS: dict[str, Callable[[pd.DataFrame | None], list[dict]]] = {
 
 
 def flat_stamps(stamps: dict) -> dict:
-    """STAMP_COLUMNS from a flat dict, a nested {"machine": {...}} being read with the machine_ prefix."""
+    """STAMP_COLUMNS from a flat dict or a milestone-style one ({"model": {...}, "machine": {...}, ...})."""
     flat = {k: v for k, v in stamps.items() if not isinstance(v, dict)}
+    model = stamps.get("model")
+    if isinstance(model, dict):
+        flat.update({"model": model.get("model"), "checkpoint_sha256": model.get("checkpoint_sha256")})
     flat.update({f"machine_{k}": v for k, v in (stamps.get("machine") or {}).items()})
     if "node" in flat and "machine_node" not in flat:
         flat["machine_node"] = flat["node"]
-    return {column: flat.get(column) for column in STAMP_COLUMNS}
+    return {column: None if flat.get(column) is None else flat[column] for column in STAMP_COLUMNS}
 
 
 def _stamped(rows: Iterable[dict], stamps: dict) -> list[dict]:
-    """stamps: flat (or with a nested "machine"), optionally with per-experiment overrides under "experiments"."""
+    """stamps: see flat_stamps; per-experiment overrides (same shape) under stamps["experiments"]."""
     base = flat_stamps(stamps)
     per_experiment = stamps.get("experiments") or {}
     out = []

@@ -265,3 +265,13 @@ def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_pat
     changes = diff.changes_since(run_metrics(), history, reference)  # identical: still compared, not skipped
     assert changes.old_label == f"run {entry.name}" and changed(changes.table).empty
     assert changes.figure_png[:4] == b"\x89PNG"
+
+
+def test_milestone_style_stamps_and_per_experiment_overrides_are_flattened():
+    m4 = {"model": {"model": "ref_baseline", "checkpoint_sha256": "abc"}, "machine": MACHINE_B, "repeats": "3"}
+    stamps = {"model": "ref_baseline", "machine": MACHINE_A, "experiments": {"quant": m4}}
+    table = metrics_table({"quant_summary": quant_summary(), "kv_summary": kvbench.summarize_timings(kv_timings(0))},
+                          None, stamps)
+    quant, kv = table[table.experiment == "quant"], table[table.experiment == "kvcache"]
+    assert set(quant["machine_cpu_model"]) == {"CPU B"} and set(quant["checkpoint_sha256"]) == {"abc"}
+    assert set(kv["machine_cpu_model"]) == {"CPU A"} and kv["checkpoint_sha256"].isna().all()
