@@ -225,20 +225,25 @@ def test_figure_is_a_png():
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys):
+def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys, monkeypatch):
     from inferlab import ledger
+    from inferlab.tables import write_table
 
-    history = tmp_path / "history"
+    monkeypatch.chdir(tmp_path)
+    history = tmp_path / "results" / "history"
     first = ledger.append_run(history, run_metrics(), {}, [])
     second_table = run_metrics(statuses={"M3": "fail"})
     second = ledger.append_run(history, second_table, {"run_id": "z-second"}, [])
     assert diff.main([str(first), str(second)]) == 0
     out = capsys.readouterr().out
     assert "Changes since run " + first.name in out and "**flipped** | milestones | status | M3" in out
-    # NEW given as the entry: OLD defaults to the entry before it
-    assert diff.main(["--history", str(history), "--figure", str(tmp_path / "f.png"),
-                      str(first), str(second)]) == 0
+    # no arguments: NEW is results/metrics.parquet, whose own ledger entry (the latest) is skipped
+    write_table(second_table, tmp_path / "results" / "metrics.parquet")
+    assert diff.main(["--figure", "f.png", "--table", "d.parquet", "--markdown", "d.md"]) == 0
+    assert f"Changes since run {first.name}" in capsys.readouterr().out
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    assert pd.read_parquet(tmp_path / "d.parquet").iloc[0].verdict == diff.FLIPPED
+    assert "M3" in (tmp_path / "d.md").read_text()
 
 
 def test_cli_pin_then_diff_against_the_reference(tmp_path, capsys):
