@@ -187,6 +187,38 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
     return "\n".join(lines) + "\n"
 
 
+# The experiments whose rows each milestone card summarises.
+MILESTONE_EXPERIMENTS = {"M1": ("kvcache", "roofline"), "M2": ("sampling",), "M3": ("speculative",),
+                         "M4": ("quant", "models")}
+
+
+def milestone_change_lines(diff: pd.DataFrame, listed: int = 3) -> dict[str, str]:
+    """One line per milestone for its card: a flip, the first few changes, the rest as counts."""
+    lines = {}
+    for milestone, experiments in MILESTONE_EXPERIMENTS.items():
+        status = diff[(diff.experiment == "milestones") & (diff.key == milestone)]
+        rows = diff[diff.experiment.isin(experiments)]
+        parts = []
+        if not status.empty and status.iloc[0].verdict == FLIPPED:
+            parts.append(f"flipped {status.iloc[0].old_text} → {status.iloc[0].new_text}")
+        changes = rows[rows.verdict == CHANGED]
+        for r in changes.head(listed).itertuples():
+            text = (f"{_fmt(r.old, r.old_text)} → {_fmt(r.new, r.new_text)}" if not _missing(r.new_text)
+                    or not _missing(r.old_text) else f"{_signed(r.delta)} ({_signed(r.delta_pct, '%')})")
+            parts.append(f"{r.metric} {r.key}: {text}")
+        if len(changes) > listed:
+            parts.append(f"{len(changes) - listed} more changed")
+        tally = counts(rows)
+        rest = ", ".join(f"{tally[v]} {v}" for v in (ADDED, REMOVED, NOT_COMPARABLE, WITHIN) if tally[v])
+        if rows.empty and status.empty:
+            lines[milestone] = "nothing to compare"
+        elif parts:
+            lines[milestone] = "; ".join(parts + ([rest] if rest else []))
+        else:
+            lines[milestone] = "no change beyond noise" + (f" ({rest})" if rest else "")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------- figure
 
 

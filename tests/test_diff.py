@@ -280,3 +280,12 @@ def test_milestone_style_stamps_and_per_experiment_overrides_are_flattened():
     quant, kv = table[table.experiment == "quant"], table[table.experiment == "kvcache"]
     assert set(quant["machine_cpu_model"]) == {"CPU B"} and set(quant["checkpoint_sha256"]) == {"abc"}
     assert set(kv["machine_cpu_model"]) == {"CPU A"} and kv["checkpoint_sha256"].isna().all()
+
+
+def test_milestone_card_lines_name_the_flip_and_the_change():
+    d = diff.diff_metrics(run_metrics(), run_metrics(quant_changes={"int4_per_channel_sym": 0.2},
+                                                     statuses={"M4": "fail"}))
+    lines = diff.milestone_change_lines(d)
+    assert lines["M4"].startswith("flipped pass → fail")
+    assert "chosen_scheme chosen: int4_per_channel_sym → int4_g32_sym" in lines["M4"]
+    assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]
