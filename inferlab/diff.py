@@ -76,7 +76,7 @@ def _timing_verdict(row: pd.Series) -> str:
     old, new = row["value_old"], row["value_new"]
     bounds = [row["low_old"], row["high_old"], row["low_new"], row["high_new"]]
     if all(_missing(b) for b in bounds):
-        return UNCHANGED if old == new else NO_NOISE
+        return NO_NOISE
     old_low, old_high, new_low, new_high = (v if not _missing(v) else base for v, base in
                                             zip(bounds, (old, old, new, new), strict=True))
     spread = new_high - new_low
@@ -88,17 +88,19 @@ def _number_verdict(row: pd.Series) -> str:
     old, new, kind = row["value_old"], row["value_new"], row["noise_kind_new"]
     if _missing(old) or _missing(new):
         return UNCHANGED if _missing(old) and _missing(new) else CHANGED
+    if old == new:
+        return UNCHANGED
     if kind == EXACT or kind != row["noise_kind_old"]:
-        return UNCHANGED if old == new else CHANGED
+        return CHANGED
     if kind == NOISE_FLOOR:
         floors = [(row[f"high_{s}"] - row[f"low_{s}"]) / 2 for s in ("new", "old")]
         floor = next((f for f in floors if not _missing(f)), math.nan)
         if _missing(floor):
-            return UNCHANGED if old == new else NO_NOISE
+            return NO_NOISE
         return CHANGED if abs(new - old) > floor else WITHIN
     if kind == BOOTSTRAP_CI:
         if any(_missing(row[c]) for c in ("low_old", "high_old", "low_new", "high_new")):
-            return UNCHANGED if old == new else NO_NOISE
+            return NO_NOISE
         return CHANGED if row["low_new"] > row["high_old"] or row["high_new"] < row["low_old"] else WITHIN
     if kind == REP_RANGE:
         return _timing_verdict(row)
