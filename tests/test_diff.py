@@ -1,0 +1,290 @@
+"""The metrics table and the noise-aware diff, on tables made by the real producers from tiny inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from inferlab import diff, kvbench, noise, quant_bench, repetition, sampling, speculative_bench
+from inferlab.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
+
+MACHINE_A = {"cpu_model": "CPU A", "device": "cpu", "device_name": "CPU A"}
+MACHINE_B = {"cpu_model": "CPU B", "device": "cpu", "device_name": "CPU B"}
+FLOOR = 0.02
+# scheme -> (bits, delta_loss, KL); int4_per_channel_sym is below the floor with the fewest bits: chosen.
+SCHEMES = {"int8_per_channel_sym": (8, 0.001, 0.002), "int4_per_channel_sym": (4, 0.010, 0.03),
+           "int4_g32_sym": (4, 0.008, 0.02), "int3_per_tensor_sym": (3, 0.300, 0.4)}
+
+
+def kv_timings(seed: int, reps: int = 5) -> pd.DataFrame:
+    """Five back-to-back rep pairs per length; the spread is a few percent, as on a quiet machine."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for length in (16, 64):
+        for rep in range(reps):
+            for mode, base in (("cache", 1.0 * length), ("no_cache", 0.05 * length ** 2)):
+                total = base * (1 + 0.03 * rng.standard_normal())
+                rows.append({"rep": rep, "mode": mode, "total_ms": total, "ms_per_token": total / length,
+                             "length": length, "same_output": True, "kv_bytes_per_token": 512,
+                             "device": "cpu", "threads": 2, "prompt_tokens": 8})
+    return pd.DataFrame(rows)
+
+
+def repetition_samples() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    cells = {"greedy": ("none", 0.0, 0.0), "t1_p09": ("top_p", 1.0, 0.0), "t1_m005": ("min_p", 1.0, 0.05)}
+    rows = []
+    for cell, (truncation, temperature, min_p) in cells.items():
+        for sample in range(8):
+            rows.append({"cell": cell, "truncation": truncation, "temperature": temperature,
+                         "top_p": 0.9 if truncation == "top_p" else 1.0, "min_p": min_p, "prompt": f"p{sample % 2}",
+                         "sample": sample // 2, "seq_rep_4": float(rng.uniform(0.1, 0.5)),
+                         "distinct_1": float(rng.uniform(0.4, 0.6)), "distinct_2": float(rng.uniform(0.6, 0.8)),
+                         "in_corpus_4gram_share": float(rng.uniform(0.5, 0.6)), "text": "x"})
+    return pd.DataFrame(rows)
+
+
+def speculative_tables(seed: int, reps: int = 5) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    runs, forward = [], []
+    for draft, k, accepted in (("small", 2, 10), ("small", 4, 14)):
+        for rep in range(reps):
+            runs.append({"draft": draft, "k": k, "prompt_index": 0, "seed": 1, "rep": rep, "new_tokens": 20,
+                         "rounds": 8, "target_forwards": 8, "draft_forwards": 8 * k, "drafted": 8 * k,
+                         "proposed": 8 * k - 2, "accepted": accepted, "generated": 20, "overlap_sum": accepted * 0.9,
+                         "wall_ms": 50 * (1 + 0.02 * rng.standard_normal()), "new_token_ids": [1, 2, 3]})
+            for role, tokens, ms in (("target", 1, 2.0), ("draft", 1, 0.5), ("target", k + 1, 2.5)):
+                forward.append({"draft": draft, "k": k, "role": role, "tokens_per_forward": tokens,
+                                "rep": rep, "forward_ms": ms * (1 + 0.02 * rng.standard_normal())})
+    baseline = pd.DataFrame([{"rep": rep, "wall_ms": 80 * (1 + 0.02 * rng.standard_normal())} for rep in range(reps)])
+    return pd.DataFrame(runs), pd.DataFrame(forward), baseline
+
+
+def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
+    """Rows shaped as quant_bench.run_scheme returns them, through the real summary and choice."""
+    rows = []
+    for name, (bits, delta, kl) in SCHEMES.items():
+        delta = (changes or {}).get(name, delta)
+        rows.append(pd.DataFrame([{"scheme": name, "method": "rtn", "bits": bits,
+                                   "effective_bits_per_weight": bits + 0.01,
+                                   "eval_tokens": 1000, "loss": 4.0 + delta, "fp32_loss": 4.0, "delta_loss": delta,
+                                   "kl_mean_nats": kl, "top1_agreement": 1 - kl, "noise_floor": FLOOR,
+                                   "speed_status": "quality only", "ms_per_token": np.nan,
+                                   "fp32_ms_per_token": np.nan, "speedup_vs_fp32": np.nan}]))
+    return quant_bench.summary_table(rows, list(SCHEMES))
+
+
+def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: dict | None = None,
+                statuses: dict[str, str] | None = None, contended: bool = False, reps: int = 5) -> pd.DataFrame:
+    samples = repetition_samples()
+    rep_summary = repetition.summarise(samples, 200, 0)
+    cells = samples.drop_duplicates("cell")[repetition.CELL_COLUMNS].to_dict("records")
+    distribution = pd.DataFrame(sampling.distribution_rows([2.0, 1.0, 0.5, 0.1, -1.0],
+                                                           [c for c in cells if c["temperature"] > 0]))
+    runs, forward, baseline = speculative_tables(timing_seed, reps)
+    spec = speculative_bench.summarise(runs, forward, baseline, {"small": 1000, "target": 10000}, "target")
+    quant = quant_summary(quant_changes)
+    timings = kv_timings(timing_seed, reps)
+    floor = noise.noise_floor_table([{"name": "seed_a", "seed": 1, "val_loss": 4.00},
+                                     {"name": "seed_b", "seed": 2, "val_loss": 4.01}], 2.0, "fixed", FLOOR)
+    tables = {"kv_summary": kvbench.summarize_timings(timings), "sp_distribution": distribution,
+              "sp_repetition": rep_summary,
+              "sp_default": pd.DataFrame([repetition.choose_default(rep_summary, distribution, 0.5)]),
+              "spec_summary": spec, "spec_best": speculative_bench.best_groups(spec),
+              "quant_summary": quant, "quant_choice": quant_bench.choose_scheme(quant), "noise_floor": floor,
+              "kv_fit": None}
+    statuses = {"M1": "pass", "M2": "pass", "M3": "pass", "M4": "pass", **(statuses or {})}
+    milestones = pd.DataFrame([{"milestone": m, "status": s} for m, s in statuses.items()])
+    stamps = {"model": "ref_baseline", "repeats": "5", "baseline": "fp32", "machine": machine,
+              "contended": contended}
+    return metrics_table(tables, milestones, stamps, metas={"ref_baseline": {"val_loss": 3.9}})
+
+
+def changed(d: pd.DataFrame) -> pd.DataFrame:
+    return d[d["verdict"].isin([diff.CHANGED, diff.FLIPPED])]
+
+
+# ------------------------------------------------------------------------------------ metrics table
+
+
+def test_metrics_table_covers_every_experiment_with_its_noise_kind():
+    table = run_metrics()
+    kinds = table.groupby(["experiment", "metric"])["noise_kind"].first()
+    assert kinds["kvcache", "speed_ratio"] == REP_RANGE
+    assert kinds["quant", "delta_loss"] == NOISE_FLOOR
+    assert kinds["sampling", "seq_rep_4"] == BOOTSTRAP_CI
+    assert kinds["speculative", "alpha"] == EXACT
+    assert kinds["models", "val_loss"] == NOISE_FLOOR
+    ratio = table[(table.metric == "speed_ratio") & (table.key == "64")].iloc[0]
+    assert ratio.low <= ratio.value <= ratio.high and ratio.low < ratio.high
+    delta = table[(table.metric == "delta_loss") & (table.key == "int3_per_tensor_sym")].iloc[0]
+    assert delta.high - delta.low == pytest.approx(2 * FLOOR)
+    assert table.loc[table.metric == "chosen_scheme", "text_value"].tolist() == ["int4_per_channel_sym"]
+    assert set(table.loc[table.experiment == "milestones", "key"]) == {"M1", "M2", "M3", "M4"}
+    assert (table["machine_cpu_model"] == "CPU A").all() and (table["model"] == "ref_baseline").all()
+
+
+def test_absent_tables_are_skipped_and_extra_columns_flow_through():
+    only_quant = metrics_table({"quant_summary": quant_summary()}, None, {})
+    assert set(only_quant["experiment"]) == {"quant"}
+    samples = repetition_samples()
+    summary = repetition.summarise(samples, 50, 0)
+    human = summary[summary.cell == "greedy"].assign(cell="human")
+    zipf = human.head(1).assign(metric="zipf", mean=1.1, ci_low=1.0, ci_high=1.2)
+    timings = kv_timings(0)
+    table = metrics_table({"sp_repetition": pd.concat([summary, human, zipf]),
+                           "kv_summary": kvbench.summarize_timings(timings).assign(engine="eager")}, None, {})
+    assert ("sampling", "zipf", "human") in set(zip(table.experiment, table.metric, table.key, strict=True))
+    assert set(table.loc[table.experiment == "kvcache", "key"].str.endswith("[eager]")) == {True}
+
+
+# ---------------------------------------------------------------------------------------------- diff
+
+
+def test_two_identical_runs_show_no_change():
+    d = diff.diff_metrics(run_metrics(timing_seed=0), run_metrics(timing_seed=0))
+    assert set(d["verdict"]) == {diff.UNCHANGED}
+
+
+def test_reruns_with_timing_wobble_only_move_timings_within_noise():
+    d = diff.diff_metrics(run_metrics(timing_seed=0), run_metrics(timing_seed=1))
+    assert changed(d).empty
+    timing_rows = d[d.noise_kind == REP_RANGE]
+    assert (timing_rows["delta"].abs() > 0).any()  # the timings did move ...
+    assert diff.WITHIN in set(timing_rows["verdict"])  # ... and were judged as noise
+    assert (d.loc[d.noise_kind == EXACT, "verdict"] == diff.UNCHANGED).all()
+
+
+def test_timings_from_too_few_reruns_have_no_noise_estimate():
+    # the quick config runs 1-2 reruns: a min-max over them is no noise estimate, so never "changed"
+    d = diff.diff_metrics(run_metrics(timing_seed=0, reps=2), run_metrics(timing_seed=1, reps=2))
+    assert changed(d).empty
+    assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == diff.NO_NOISE).all()
+
+
+def test_a_changed_scheme_changes_only_its_rows_and_what_derives_from_them():
+    old = run_metrics()
+    new = run_metrics(quant_changes={"int4_per_channel_sym": 0.2}, statuses={"M4": "fail"})
+    d = changed(diff.diff_metrics(old, new))
+    touched = set(zip(d.experiment, d.metric, d.key, strict=True))
+    assert ("quant", "delta_loss", "int4_per_channel_sym") in touched
+    assert ("quant", "chosen_scheme", "chosen") in touched
+    allowed = {t for t in touched if t[:1] == ("quant",) and t[2] == "int4_per_channel_sym"}
+    assert touched - allowed == {("quant", "chosen_scheme", "chosen"), ("milestones", "status", "M4")}
+
+
+def test_a_change_inside_the_floor_is_within_noise():
+    d = diff.diff_metrics(run_metrics(), run_metrics(quant_changes={"int3_per_tensor_sym": 0.300 + FLOOR / 2}))
+    row = d[(d.metric == "delta_loss") & (d.key == "int3_per_tensor_sym")].iloc[0]
+    assert row.verdict == diff.WITHIN and row.delta == pytest.approx(FLOOR / 2)
+
+
+def test_a_milestone_flip_heads_the_diff():
+    old = run_metrics()
+    new = run_metrics(quant_changes={"int8_per_channel_sym": 0.5}, statuses={"M2": "fail"})
+    d = diff.diff_metrics(old, new)
+    assert d.iloc[0].verdict == diff.FLIPPED and d.iloc[0].key == "M2"
+    assert d.iloc[1].verdict == diff.CHANGED
+    markdown = diff.to_markdown(d, "old", "new")
+    assert markdown.index("flipped") < markdown.index("changed** | quant")
+
+
+def test_timings_from_another_machine_are_not_comparable():
+    d = diff.diff_metrics(run_metrics(machine=MACHINE_A), run_metrics(machine=MACHINE_B))
+    timings = d[d.noise_kind == REP_RANGE]
+    assert not timings.empty and (timings["verdict"] == diff.NOT_COMPARABLE).all()
+    assert (d.loc[d.noise_kind == EXACT, "verdict"] == diff.UNCHANGED).all()  # machine-free numbers still compare
+
+
+def test_a_contended_run_makes_timings_not_comparable():
+    d = diff.diff_metrics(run_metrics(), run_metrics(contended=True))
+    assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == diff.NOT_COMPARABLE).all()
+
+
+def test_timing_outside_the_widened_range_is_changed():
+    old, new = run_metrics(), run_metrics()
+    row = (new.experiment == "kvcache") & (new.metric == "speed_ratio") & (new.key == "64")
+    new.loc[row, ["value", "low", "high"]] = new.loc[row, ["value", "low", "high"]] * 2
+    d = diff.diff_metrics(old, new)
+    assert changed(d)[["metric", "key"]].values.tolist() == [["speed_ratio", "64"]]
+
+
+def test_added_and_removed_rows_are_listed():
+    old = run_metrics()
+    new = run_metrics()[lambda t: t.experiment != "speculative"]
+    new = pd.concat([new, new[new.metric == "kept"].head(1).assign(key="new_cell")])
+    d = diff.diff_metrics(old, new)
+    assert (d.loc[d.experiment == "speculative", "verdict"] == diff.REMOVED).all()
+    assert d.loc[d.key == "new_cell", "verdict"].tolist() == [diff.ADDED]
+
+
+def test_figure_is_a_png():
+    png = diff.diff_figure(run_metrics(), run_metrics(quant_changes={"int4_g32_sym": 0.1}))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys, monkeypatch):
+    from inferlab import ledger
+    from inferlab.tables import write_table
+
+    monkeypatch.chdir(tmp_path)
+    history = tmp_path / "results" / "history"
+    first = ledger.append_run(history, run_metrics(), {}, [])
+    second_table = run_metrics(statuses={"M3": "fail"})
+    second = ledger.append_run(history, second_table, {"run_id": "z-second"}, [])
+    assert diff.main([str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "Changes since run " + first.name in out and "**flipped** | milestones | status | M3" in out
+    # no arguments: NEW is results/metrics.parquet, whose own ledger entry (the latest) is skipped
+    write_table(second_table, tmp_path / "results" / "metrics.parquet")
+    assert diff.main(["--figure", "f.png", "--table", "d.parquet", "--markdown", "d.md"]) == 0
+    assert f"Changes since run {first.name}" in capsys.readouterr().out
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    assert pd.read_parquet(tmp_path / "d.parquet").iloc[0].verdict == diff.FLIPPED
+    assert "M3" in (tmp_path / "d.md").read_text()
+
+
+def test_cli_pin_then_diff_against_the_reference(tmp_path, capsys):
+    from inferlab.tables import write_table
+
+    new = tmp_path / "metrics.parquet"
+    write_table(run_metrics(), new)
+    reference = tmp_path / "reference" / "metrics.parquet"
+    assert diff.main(["--pin", "--reference", str(reference), str(new)]) == 0
+    history = tmp_path / "empty-history"
+    assert diff.main(["--history", str(history), "--reference", str(reference), str(reference), str(new)]) == 0
+    assert "No metric changed beyond its noise." in capsys.readouterr().out
+    missing = tmp_path / "nothing.parquet"
+    assert diff.main([str(missing), str(new)]) == 2
+
+
+def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_path):
+    from inferlab import ledger
+
+    history, reference = tmp_path / "history", tmp_path / "reference.parquet"
+    nothing = diff.changes_since(run_metrics(), history, reference)
+    assert nothing.old_label is None and "nothing to compare" in nothing.markdown
+    entry = ledger.append_run(history, run_metrics(), {}, [])
+    changes = diff.changes_since(run_metrics(), history, reference)  # identical: still compared, not skipped
+    assert changes.old_label == f"run {entry.name}" and changed(changes.table).empty
+    assert changes.figure_png[:4] == b"\x89PNG"
+
+
+def test_milestone_style_stamps_and_per_experiment_overrides_are_flattened():
+    m4 = {"model": {"model": "ref_baseline", "checkpoint_sha256": "abc"}, "machine": MACHINE_B, "repeats": "3"}
+    stamps = {"model": "ref_baseline", "machine": MACHINE_A, "experiments": {"quant": m4}}
+    table = metrics_table({"quant_summary": quant_summary(), "kv_summary": kvbench.summarize_timings(kv_timings(0))},
+                          None, stamps)
+    quant, kv = table[table.experiment == "quant"], table[table.experiment == "kvcache"]
+    assert set(quant["machine_cpu_model"]) == {"CPU B"} and set(quant["checkpoint_sha256"]) == {"abc"}
+    assert set(kv["machine_cpu_model"]) == {"CPU A"} and kv["checkpoint_sha256"].isna().all()
+
+
+def test_milestone_card_lines_name_the_flip_and_the_change():
+    d = diff.diff_metrics(run_metrics(), run_metrics(quant_changes={"int4_per_channel_sym": 0.2},
+                                                     statuses={"M4": "fail"}))
+    lines = diff.milestone_change_lines(d)
+    assert lines["M4"].startswith("flipped pass → fail")
+    assert "chosen_scheme chosen: int4_per_channel_sym → int4_g32_sym" in lines["M4"]
+    assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]
