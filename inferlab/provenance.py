@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def device_name(device: str) -> str:
 def machine_stamp(device: str = "cpu") -> dict:
     commit, dirty = git_state()
     return {
+        # the host that ran the job: under a cluster executor each job may land on another
+        # node, and timings from different nodes are not comparable
+        "node": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

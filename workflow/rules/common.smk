@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -40,6 +41,25 @@ CORPUS = {
     "stats": f"{CORPUS_DIR}/stats.json",
 }
 MODELS = list(config["models"])
+
+
+def timing_threads():
+    """Threads of a timing or training job.
+
+    Locally all of --cores, so that nothing runs beside the measurement. A cluster executor
+    has no total core count (workflow.cores raises), and neither has a dry run or --lint
+    without --cores: there the job asks for compute.timing_threads CPUs and the profile
+    asks for the node exclusively (workflow/profiles/slurm/config.yaml).
+    """
+    if workflow.local_exec:
+        try:
+            return workflow.cores
+        except WorkflowError:
+            pass
+    return config["compute"]["timing_threads"]
+
+
+TIMING_THREADS = timing_threads()
 TARGET = config["target_model"]
 
 

@@ -42,7 +42,7 @@ rule speculative_group:
     wildcard_constraints:
         draft="|".join(SPEC["drafts"]),
         k=r"\d+",
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
         mem_mb=2000,
         runtime=SPEC_MINUTES,
@@ -65,7 +65,7 @@ rule speculative_baseline:
         "logs/speculative/baseline.log",
     benchmark:
         "results/benchmarks/speculative_baseline.tsv"
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
         mem_mb=2000,
         runtime=SPEC_MINUTES,
