@@ -82,6 +82,7 @@ def machine_stamp(device: str = "cpu") -> dict:
 
 def format_machine(stamp: dict) -> str:
     dirty = {True: "+dirty", False: "", None: ""}[stamp.get("git_dirty")]
-    return (f"{stamp['device_name']} ({stamp['device']}), {stamp['cpu_cores']} cores, "
+    node = f" on {stamp['node']}" if stamp.get("node") else ""  # stamps from before the node field
+    return (f"{stamp['device_name']} ({stamp['device']}){node}, {stamp['cpu_cores']} cores, "
             f"{stamp['torch_threads']} torch threads, torch {stamp['torch_version']}, "
             f"{stamp['os']}, git {str(stamp['git_commit'])[:10]}{dirty}")
