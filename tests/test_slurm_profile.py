@@ -106,3 +106,11 @@ def test_locally_timing_jobs_take_every_core(workdir):
     jobs = _jobs(_snakemake(workdir, "-n", "--cores", "5", config="compute: {timing_threads: 3}\n"))
     for rule in TIMING_RULES:
         assert all(job.get("threads") == "5" for job in jobs[rule]), (rule, jobs[rule])
+
+
+def test_inside_a_cluster_job_timing_jobs_keep_the_requested_count(workdir):
+    # the SLURM job runs snakemake in remote mode with --cores all (the whole node)
+    jobs = _jobs(_snakemake(workdir, "-n", "--mode", "remote", "--cores", "8",
+                            config="compute: {timing_threads: 3}\n"))
+    for rule in TIMING_RULES:
+        assert all(job.get("threads") == "3" for job in jobs[rule]), (rule, jobs[rule])
