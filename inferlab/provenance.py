@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 
@@ -63,6 +64,9 @@ def device_name(device: str) -> str:
 def machine_stamp(device: str = "cpu") -> dict:
     commit, dirty = git_state()
     return {
+        # the host that ran the job: under a cluster executor each job may land on another
+        # node, and timings from different nodes are not comparable
+        "node": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -78,6 +82,7 @@ def machine_stamp(device: str = "cpu") -> dict:
 
 def format_machine(stamp: dict) -> str:
     dirty = {True: "+dirty", False: "", None: ""}[stamp.get("git_dirty")]
-    return (f"{stamp['device_name']} ({stamp['device']}), {stamp['cpu_cores']} cores, "
+    node = f" on {stamp['node']}" if stamp.get("node") else ""  # stamps from before the node field
+    return (f"{stamp['device_name']} ({stamp['device']}){node}, {stamp['cpu_cores']} cores, "
             f"{stamp['torch_threads']} torch threads, torch {stamp['torch_version']}, "
             f"{stamp['os']}, git {str(stamp['git_commit'])[:10]}{dirty}")

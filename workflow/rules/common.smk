@@ -43,6 +43,26 @@ CORPUS = {
     "stats": f"{CORPUS_DIR}/stats.json",
 }
 MODELS = list(config["models"])
+
+
+def timing_threads():
+    """Threads of a timing or training job.
+
+    Locally all of --cores, so that nothing runs beside the measurement. A cluster executor
+    has no total core count (workflow.cores raises): there the job asks for
+    compute.timing_threads CPUs and the profile asks for the node exclusively
+    (workflow/profiles/slurm/config.yaml). Inside the cluster job (remote mode, started
+    with --cores all) it keeps that count, so the job uses the CPUs it requested.
+    """
+    if workflow.local_exec and not workflow.remote_exec:
+        try:
+            return workflow.cores
+        except WorkflowError:
+            pass
+    return config["compute"]["timing_threads"]
+
+
+TIMING_THREADS = timing_threads()
 TARGET = config["target_model"]
 
 

@@ -3,12 +3,15 @@
 #   kvcache_timing (one job per length) -> kvcache_summary -> roofline
 #   kvcache_steps (single-step probe + profiler) -^           ^- roofline_probe
 #
-# Timing jobs take every core (threads: workflow.cores) so nothing runs beside them.
+# Timing jobs take every core locally and a node of their own on a cluster (TIMING_THREADS,
+# common.smk). With kvcache.device: cuda they also request one GPU: the resource gpu, which
+# the SLURM executor turns into sbatch --gpus=1 (device auto requests none).
 
 KV = config["kvcache"]
 ROOFLINE = config["roofline"]
 KV_LENGTHS = [int(n) for n in KV["lengths"]]
 KV_DIR = "results/kvcache"
+KV_GPUS = 1 if KV["device"] == "cuda" else 0
 
 if len(KV["prompt"]) + max(KV_LENGTHS) > config["architecture"]["max_seq_len"]:
     raise ValueError(f"config key kvcache.lengths: prompt ({len(KV['prompt'])} characters) + "
@@ -36,8 +39,9 @@ rule kvcache_timing:
         "results/benchmarks/kvcache_timing/len{length}.tsv"
     wildcard_constraints:
         length=r"\d+",
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
+        gpu=KV_GPUS,
         mem_mb=2000,
         # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
         runtime=lambda w: 2 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6),
@@ -68,8 +72,9 @@ rule kvcache_steps:
         "logs/kvcache_steps.log",
     benchmark:
         "results/benchmarks/kvcache_steps.tsv"
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
+        gpu=KV_GPUS,
         mem_mb=2000,
         runtime=5,
     conda:
@@ -115,8 +120,9 @@ rule roofline_probe:
         "logs/roofline_probe.log",
     benchmark:
         "results/benchmarks/roofline_probe.tsv"
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
+        gpu=KV_GPUS,
         mem_mb=lambda w: int(3 * ROOFLINE["probe_mb"]) + 1000,
         runtime=5,
     conda:

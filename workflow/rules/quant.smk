@@ -43,7 +43,7 @@ rule quant_scheme:
         "results/benchmarks/quant_scheme/{scheme}.tsv"
     wildcard_constraints:
         scheme="|".join(QUANT_SCHEMES),
-    threads: workflow.cores
+    threads: TIMING_THREADS
     conda:
         CONDA_ENV
     resources:

@@ -43,7 +43,7 @@ rule speculative_group:
     wildcard_constraints:
         draft="|".join(SPEC["drafts"]),
         k=r"\d+",
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
         mem_mb=2000,
         runtime=SPEC_MINUTES,
@@ -67,7 +67,7 @@ rule speculative_baseline:
         "logs/speculative/baseline.log",
     benchmark:
         "results/benchmarks/speculative_baseline.tsv"
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
         mem_mb=2000,
         runtime=SPEC_MINUTES,

@@ -23,7 +23,7 @@ rule train_model:
         "results/benchmarks/train/{model}.tsv"
     wildcard_constraints:
         model="|".join(MODELS),
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
         mem_mb=4000,
         runtime=lambda w: training_minutes(w.model),
@@ -53,7 +53,7 @@ rule train_noise_rerun:
         "results/benchmarks/train/noise_seed{seed}.tsv"
     wildcard_constraints:
         seed=r"-?\d+",
-    threads: workflow.cores
+    threads: TIMING_THREADS
     resources:
         mem_mb=4000,
         runtime=lambda w: training_minutes(TARGET),

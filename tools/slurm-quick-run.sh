@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# CI's cluster step: the quick DAG through SLURM, checked against the local quick run.
+#
+#   tools/slurm-quick-run.sh CORPUS [LOCAL_RUN_DIR [EXTRA_CONFIG.yaml ...]]
+#
+# Brings up the single-node cluster (tools/slurm-local.sh, needs root + apt), copies this
+# checkout (tracked and untracked-but-not-ignored files, no results) to a temporary
+# directory, runs the quick config there with --workflow-profile workflow/profiles/slurm,
+# then compares every deterministic table with LOCAL_RUN_DIR's (default: this checkout,
+# where .ci/run has just run the quick workflow locally) using tools/compare_runs.py.
+# EXTRA_CONFIG files are merged over config/quick.yaml, as they were for the local run.
+# The cluster is torn down and the copy removed on every exit, failures included.
+# INFERLAB_SLURM_TIMEOUT (seconds, default 3600) bounds the cluster run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+CORPUS=$(realpath "${1:?usage: $0 CORPUS [LOCAL_RUN_DIR]}")
+LOCAL_RUN=$(realpath "${2:-.}")
+EXTRA_CONFIGS=()
+for extra in "${@:3}"; do EXTRA_CONFIGS+=("$(realpath "$extra")"); done
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/inferlab-slurm.XXXXXX")
+
+cleanup() {
+    local rc=$?
+    tools/slurm-local.sh down || true
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+tools/slurm-local.sh up
+git ls-files -z --cached --others --exclude-standard \
+    | tar --null -T - --ignore-failed-read -cf - | tar -xf - -C "$WORK"
+ln -s "$REPO/.venv" "$WORK/.venv"
+
+echo "== quick workflow through SLURM in $WORK"
+start=$(date +%s)
+(cd "$WORK" && timeout -k 60 "${INFERLAB_SLURM_TIMEOUT:-3600}" .venv/bin/snakemake \
+    --workflow-profile workflow/profiles/slurm --slurm-status-command squeue \
+    --configfile config/quick.yaml "${EXTRA_CONFIGS[@]}" --config corpus_path="$CORPUS")
+echo "== quick workflow through SLURM took $(( $(date +%s) - start )) s"
+submitted=$(cat "$WORK"/.snakemake/log/*.snakemake.log | grep -c "submitted with SLURM jobid" || true)
+echo "== $submitted jobs ran as SLURM jobs; the first ones and what squeue still knows:"
+grep -h "submitted with SLURM jobid" "$WORK"/.snakemake/log/*.snakemake.log | head -n 3
+squeue -t all -o '%.8i %.10T %.10M %.20N' | head -n 40
+[[ $submitted -gt 0 ]] || { echo "no job went through SLURM" >&2; exit 1; }
+
+echo "== deterministic tables: local run vs SLURM run"
+"$REPO/.venv/bin/python" tools/compare_runs.py "$LOCAL_RUN" "$WORK"
