@@ -1,4 +1,5 @@
-"""Concatenate the cells: bootstrap summary per cell and metric, plus a few example texts."""
+"""Concatenate the cells and the human reference: bootstrap summary per cell and metric, every
+sample's metrics (for the default rule's distance CI), and a few example texts."""
 
 import pandas as pd
 
@@ -19,4 +20,5 @@ provenance = {"machine": machine_stamp("cpu"), "model": read_provenance(smk.inpu
               "bootstrap_resamples": smk.params.resamples, "bootstrap_seed": smk.params.seed}
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(example_texts(samples, smk.params.example_texts), smk.output.examples, provenance=provenance)
+write_table(samples, smk.output.samples, provenance=provenance)
 print(summary.pivot(index="cell", columns="metric", values="mean").to_string(), file=log)

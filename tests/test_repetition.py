@@ -107,7 +107,8 @@ def _samples(cells: dict[str, tuple[str, list[float], list[float]]]) -> pd.DataF
             rows.append({"cell": cell, "truncation": truncation, "temperature": 0.0 if cell == "greedy" else 1.0,
                          "top_p": 1.0, "min_p": 0.05 if truncation == "min_p" else 0.0, "prompt": f"p{sample % 2}",
                          "sample": sample // 2, "seq_rep_4": rep, "distinct_1": 0.5, "distinct_2": 0.7,
-                         "in_corpus_4gram_share": share, "text": f"{cell}-{sample}"})
+                         "in_corpus_4gram_share": share, "nll_per_token": 2.0, "zipf_coefficient": 0.5,
+                         "text": f"{cell}-{sample}"})
     return pd.DataFrame(rows)
 
 
