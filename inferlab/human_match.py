@@ -141,6 +141,7 @@ def choose_human_match(distances: pd.DataFrame, summary_wide: pd.DataFrame, dist
     decision, reason = _min_p_decision(sampled, chosen, best_top_p, best_min_p)
     dist = distribution.set_index("cell")
     row, human = summary_wide.loc[chosen], summary_wide.loc[HUMAN]
+    greedy = summary_wide.loc[GREEDY] if GREEDY in summary_wide.index else None
     cited = {}
     for metric in DISTANCE_METRICS:
         for suffix in ("", "_ci_low", "_ci_high"):
@@ -152,15 +153,15 @@ def choose_human_match(distances: pd.DataFrame, summary_wide: pd.DataFrame, dist
         "rule": rule_text(), "rule_satisfied": True,
         **{k.removeprefix("chosen_"): v for k, v in _numbers("chosen", table, chosen).items() if k != "chosen_cell"},
         "closest_cell": best, "tied_cells": ", ".join(tied.index), "n_tied": len(tied),
-        **_numbers("runner_up", table, runner_up), **_numbers("greedy", table, GREEDY if GREEDY in table.index else None),
+        **_numbers("runner_up", table, runner_up),
+        **_numbers("greedy", table, GREEDY if GREEDY in table.index else None),
         **_numbers("best_top_p", table, best_top_p), **_numbers("best_min_p", table, best_min_p),
         "min_p_decision": decision, "min_p_reason": reason,
         "kept": int(dist.loc[chosen, "kept"]) if chosen in dist.index else -1,
         **{k: float(dist.loc[chosen, k]) if chosen in dist.index else float("nan")
            for k in ("entropy_nats", "entropy_bits")},
         **cited,
-        "greedy_seq_rep_4": float(summary_wide.loc[GREEDY, "seq_rep_4"]) if GREEDY in summary_wide.index else float("nan"),
-        "greedy_in_corpus_4gram_share": (float(summary_wide.loc[GREEDY, "in_corpus_4gram_share"])
-                                         if GREEDY in summary_wide.index else float("nan")),
+        **{f"greedy_{m}": float(greedy[m]) if greedy is not None else float("nan")
+           for m in ("seq_rep_4", "in_corpus_4gram_share")},
         "sampling_cells": len(sampled),
     }

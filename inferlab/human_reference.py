@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from inferlab import repetition
 from inferlab.corpus import Vocabulary
 from inferlab.model import GPT
-from inferlab.repetition import HUMAN, score_continuations
+from inferlab.repetition import HUMAN
 
 AFTER_PROMPT = "after_prompt"
 RANDOM_WINDOW = "random_window"
@@ -80,7 +81,8 @@ def score_human(model: GPT, vocab: Vocabulary, val_ids: np.ndarray, prompts: Seq
         width = len(prompt)
         context = torch.tensor(np.stack([val_ids[c.offset - width: c.offset] for c in chosen]))
         texts = torch.tensor(np.stack([val_ids[c.offset: c.offset + new_tokens] for c in chosen]))
-        scores = score_continuations(model, context, texts, corpus_index, len(vocab))
+        # through the module, so the human row uses exactly the scorer the cells use (tests check)
+        scores = repetition.score_continuations(model, context, texts, corpus_index, len(vocab))
         for sample, (item, ids, ctx, metrics) in enumerate(
                 zip(chosen, texts.tolist(), context.tolist(), scores, strict=True)):
             rows.append({"cell": HUMAN, "truncation": "reference", "temperature": float("nan"),
