@@ -185,3 +185,18 @@ def test_summary_and_examples_shapes():
     examples = example_texts(samples, 3)
     assert list(examples.groupby("cell", sort=False).size()) == [3, 3]
     assert list(examples[examples.cell == "warm"]["text"]) == ["warm-0", "warm-1", "warm-2"]
+
+
+def test_old_rule_ignores_the_human_reference_row():
+    cells = {
+        "greedy": ("none", [0.5] * 4, [0.60] * 4),
+        "warm": ("top_p", [0.05] * 4, [0.52] * 4),
+        "human": ("reference", [0.0] * 4, [0.95] * 4),  # best on both counts, but not a setting
+    }
+    samples = _samples(cells)
+    samples.loc[samples.cell == "human", ["temperature", "top_p", "min_p"]] = float("nan")
+    summary = summarise(samples, 200, 0)
+    assert "human" in set(summary["cell"])  # the NaN knobs do not drop the row from the summary
+    record = choose_default(summary, _distribution(cells), 0.10)
+    assert record["kind"] == "max_in_corpus_drop" and record["cell"] == "warm"
+    assert record["sampling_cells"] == 1 and record["eligible_cells"] == 1
