@@ -1,10 +1,15 @@
 """Repetition metrics on hand-made sequences, the bootstrap, one cell end to end on a tiny random
 model, and the default-choice rule on hand-made tables."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 
 from inferlab.corpus import UNK, Vocabulary
 from inferlab.model import GPT, GPTConfig
@@ -200,3 +205,18 @@ def test_old_rule_ignores_the_human_reference_row():
     record = choose_default(summary, _distribution(cells), 0.10)
     assert record["kind"] == "max_in_corpus_drop" and record["cell"] == "warm"
     assert record["sampling_cells"] == 1 and record["eligible_cells"] == 1
+
+
+def test_default_rule_kind_is_validated_by_the_schema():
+    root = Path(__file__).resolve().parent.parent
+    schema = str(root / "workflow/schemas/config.schema.yaml")
+    config = yaml.safe_load((root / "config/config.yaml").read_text(encoding="utf-8"))
+    assert config["sampling"]["default_rule"]["kind"] == "human_match"
+    config["sampling"]["default_rule"] = {"kind": "closest_to_greedy"}
+    with pytest.raises(WorkflowError, match="closest_to_greedy"):
+        validate(config, schema)
+    config["sampling"]["default_rule"] = {"kind": "max_in_corpus_drop"}  # that kind needs its threshold
+    with pytest.raises(WorkflowError, match="max_in_corpus_drop"):
+        validate(config, schema)
+    config["sampling"]["default_rule"] = {"kind": "human_match"}  # this one does not
+    validate(config, schema)
