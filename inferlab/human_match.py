@@ -87,8 +87,9 @@ def rule_text() -> str:
 
 
 def _tie_break(tied: pd.DataFrame) -> str:
+    # |T - 1| rounded, so that 0.7 and 1.3 count as equally far from 1 (float error says otherwise)
     order = tied.assign(_minp=tied["truncation"] == "min_p",
-                        _dT=(tied["temperature"].astype(float) - 1.0).abs())
+                        _dT=(tied["temperature"].astype(float) - 1.0).abs().round(9))
     return str(order.sort_values(["_minp", "_dT", "distance"], kind="stable").index[0])
 
 
