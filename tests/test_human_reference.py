@@ -206,8 +206,8 @@ def test_ties_go_to_top_p_over_min_p_and_then_to_t_near_one():
     record, _ = _rule([("T0.5_p0.9", "top_p", 0.5, 0.10, 0.3), ("T1.3_p0.9", "top_p", 1.3, 0.13, 0.3),
                        ("T0.7_p0.9", "top_p", 0.7, 0.9)], human_noise=0.05)
     assert record["closest_cell"] == "T0.5_p0.9" and record["cell"] == "T1.3_p0.9"
-    # T 0.7 and 1.3 are equally far from 1: then the smaller distance decides
-    for near, far in (("T1.3_p0.9", "T0.7_p0.9"), ("T0.7_p0.9", "T1.3_p0.9")):
+    # T 0.9 and 1.1 are equally far from 1 (not in floats: 0.0999.. vs 0.1000..1): the smaller distance decides
+    for near, far in (("T1.1_p0.9", "T0.9_p0.9"), ("T0.9_p0.9", "T1.1_p0.9")):
         record, _ = _rule([(near, "top_p", float(near[1:4]), 0.10, 0.3), (far, "top_p", float(far[1:4]), 0.13, 0.3),
                            ("T0.5_p0.9", "top_p", 0.5, 0.9)], human_noise=0.05)
         assert record["n_tied"] >= 2 and record["cell"] == near
