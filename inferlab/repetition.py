@@ -1,20 +1,28 @@
 """Experiment 2's repetition side: generate per sampling cell, score the samples, aggregate
-with a bootstrap CI, and choose the default setting by the rule written in config."""
+with a bootstrap CI, and choose the default setting by the old threshold rule (max_in_corpus_drop).
+
+Every continuation -- a cell's sample or a human reference text -- is scored by one function,
+`score_continuations`, so the human row and the cells are measured identically."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
+import torch.nn.functional as F
 
 from inferlab.corpus import Vocabulary, encode_prompt
 from inferlab.generate import generate, greedy
 from inferlab.model import GPT
 from inferlab.sampling import counting, make_generators, make_sampler, sample_seed
 
-METRICS = ("seq_rep_4", "distinct_1", "distinct_2", "in_corpus_4gram_share")
+METRICS = ("seq_rep_4", "distinct_1", "distinct_2", "in_corpus_4gram_share", "nll_per_token",
+           "zipf_coefficient")
 GREEDY = "greedy"
+HUMAN = "human"
 
 # ---------------------------------------------------------------------------------------------
 # Metrics on one sample's generated token ids (the prompt is never included).
@@ -61,9 +69,58 @@ def in_corpus_share(ids: Sequence[int], index: np.ndarray, base: int, n: int = 4
     return float(found.mean())
 
 
+def zipf_coefficient(ids: Sequence[int]) -> float:
+    """Zipf coefficient s of one sample's token frequencies: frequency ~ rank^-s.
+
+    1. count each distinct token of the sample and sort the counts in decreasing order
+       (rank 1 = most frequent; ties keep an arbitrary but irrelevant order: equal counts give
+       equal log frequencies);
+    2. fit log(count) = a - s * log(rank) by ordinary least squares over all distinct tokens;
+    3. return s (the negative slope). All-distinct text gives 0, repetitive text a large s;
+       NaN when the sample has fewer than 2 distinct tokens (no slope to fit).
+    """
+    counts = np.sort(np.unique(np.asarray(ids), return_counts=True)[1])[::-1]
+    if len(counts) < 2:
+        return float("nan")
+    ranks = np.arange(1, len(counts) + 1, dtype=np.float64)
+    slope = np.polyfit(np.log(ranks), np.log(counts.astype(np.float64)), 1)[0]
+    return float(-slope)
+
+
 def sample_metrics(ids: Sequence[int], index: np.ndarray, base: int) -> dict:
+    """The text-only metrics of one continuation (no model needed)."""
     return {"seq_rep_4": seq_rep_n(ids, 4), "distinct_1": distinct_n(ids, 1),
-            "distinct_2": distinct_n(ids, 2), "in_corpus_4gram_share": in_corpus_share(ids, index, base, 4)}
+            "distinct_2": distinct_n(ids, 2), "in_corpus_4gram_share": in_corpus_share(ids, index, base, 4),
+            "zipf_coefficient": zipf_coefficient(ids)}
+
+
+@torch.no_grad()
+def continuation_nll(model: GPT, context: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood per token (nats) of each continuation under the model.
+
+    context (B, P) and continuation (B, N) token ids. 1. one full, uncached forward over
+    context + continuation; 2. the logits at positions P-1 .. P+N-2 predict the continuation;
+    3. the mean of -log p over those N tokens only (the context is conditioned on, never scored).
+    """
+    sequence = torch.cat([context, continuation], dim=1)
+    if sequence.size(1) > model.config.max_seq_len:
+        raise ValueError(f"context + continuation = {sequence.size(1)} tokens exceeds the context "
+                         f"{model.config.max_seq_len}")
+    was_training = model.training
+    model.eval()
+    logits = model(sequence)[:, context.size(1) - 1: -1]  # (B, N, V)
+    model.train(was_training)
+    nll = F.cross_entropy(logits.transpose(1, 2).float(), continuation, reduction="none")  # (B, N)
+    return nll.mean(dim=1)
+
+
+def score_continuations(model: GPT, context: torch.Tensor, continuations: torch.Tensor,
+                        corpus_index: np.ndarray, base: int) -> list[dict]:
+    """All metrics of each continuation (B, N) after its context (B, P): the one scorer shared by
+    the sampling cells and the human reference, so both rows are measured identically."""
+    nll = continuation_nll(model, context, continuations).tolist()
+    return [{**sample_metrics(ids, corpus_index, base), "nll_per_token": nll_value}
+            for ids, nll_value in zip(continuations.tolist(), nll, strict=True)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +131,8 @@ def sample_metrics(ids: Sequence[int], index: np.ndarray, base: int) -> dict:
 def generate_cell(model: GPT, vocab: Vocabulary, cell: dict, prompts: Sequence[str], samples: int,
                   new_tokens: int, seed: int, corpus_index: np.ndarray,
                   on_step: Callable[[], None] = lambda: None) -> pd.DataFrame:
-    """Rows of one cell, one per (prompt, sample), with the four metrics and the text.
+    """Rows of one cell, one per (prompt, sample), with the METRICS (the NLL is the model's own
+    score of its sample) and the text.
 
     cell = {cell, truncation ("none" | "top_p" | "min_p"), temperature, top_p, min_p}; temperature 0
     means greedy. The samples of a prompt are one batch through the KV-cache path; greedy rows
@@ -93,12 +151,13 @@ def generate_cell(model: GPT, vocab: Vocabulary, cell: dict, prompts: Sequence[s
             out = generate(model, prompt_ids.expand(samples, -1), new_tokens,
                            sampler=counting(sampler, on_step))
             new = out.new_tokens(prompt_ids.size(1))
-        for sample, ids in enumerate(new.tolist()):
+        scores = score_continuations(model, prompt_ids.expand(new.size(0), -1), new, corpus_index, base)
+        for sample, (ids, metrics) in enumerate(zip(new.tolist(), scores, strict=True)):
             rows.append({"cell": cell["cell"], "truncation": cell["truncation"],
                          "temperature": float(cell["temperature"]), "top_p": float(cell["top_p"]),
                          "min_p": float(cell["min_p"]), "prompt": prompt, "sample": sample,
                          "seed": sample_seed(seed, prompt, sample) if cell["temperature"] else -1,
-                         **sample_metrics(ids, corpus_index, base), "new_tokens": len(ids),
+                         **metrics, "new_tokens": len(ids),
                          "prompt_unk_chars": unk, "text": vocab.decode(ids)})
     return pd.DataFrame(rows)
 
@@ -108,14 +167,28 @@ def generate_cell(model: GPT, vocab: Vocabulary, cell: dict, prompts: Sequence[s
 # ---------------------------------------------------------------------------------------------
 
 
+def bootstrap_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Bootstrap means of the rows of values (n,) or (n, M): (resamples,) or (resamples, M).
+
+    Rows are resampled together (a draw keeps a sample's metrics side by side); NaN entries
+    (a metric undefined on that sample) are left out of each mean.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    drawn = values[rng.integers(0, len(values), size=(resamples, len(values)))]
+    with warnings.catch_warnings():  # an all-NaN draw is a NaN mean, not an error
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(drawn, axis=1)
+
+
 def bootstrap_ci(values: Sequence[float], resamples: int, seed: int,
                  level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): percentile bootstrap of the mean over the given samples."""
+    """(mean, low, high): percentile bootstrap of the mean over the samples where it is defined."""
     values = np.asarray(values, dtype=np.float64)
+    values = values[~np.isnan(values)]
     if not len(values):
         return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    means = bootstrap_means(values, resamples, seed)
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha])
     return float(values.mean()), float(low), float(high)
@@ -128,10 +201,11 @@ def summarise(samples: pd.DataFrame, resamples: int, seed: int) -> pd.DataFrame:
     """Tidy summary: one row per (cell, metric) with mean and 95% CI.
 
     The bootstrap resamples the cell's (prompt, sample) rows; every cell uses the same
-    bootstrap seed, so the CIs of different cells are drawn the same way.
+    bootstrap seed, so the CIs of different cells are drawn the same way. The human reference row
+    (no temperature / top-p / min-p: NaN) is kept, hence dropna=False.
     """
     rows = []
-    for keys, group in samples.groupby(CELL_COLUMNS, sort=False):
+    for keys, group in samples.groupby(CELL_COLUMNS, sort=False, dropna=False):
         for metric in METRICS:
             mean, low, high = bootstrap_ci(group[metric].to_numpy(), resamples, seed)
             rows.append({**dict(zip(CELL_COLUMNS, keys, strict=True)), "metric": metric, "mean": mean,
@@ -209,6 +283,7 @@ def choose_default(summary: pd.DataFrame, distribution: pd.DataFrame,
     if GREEDY not in cells.index:
         raise ValueError("the repetition summary has no greedy cell to compare against")
     greedy_row = cells.loc[GREEDY]
+    sampled = cells["truncation"].isin(["top_p", "min_p"])
     floor = float(greedy_row["in_corpus_4gram_share"]) - max_in_corpus_drop
     best_top_p, ok_top_p = _best(cells[cells["truncation"] == "top_p"], floor)
     best_min_p, ok_min_p = _best(cells[cells["truncation"] == "min_p"], floor)
@@ -250,6 +325,7 @@ def choose_default(summary: pd.DataFrame, distribution: pd.DataFrame,
     row = cells.loc[chosen]
     chosen_numbers = numbers("chosen", chosen)
     return {
+        "kind": "max_in_corpus_drop",
         "cell": chosen, "truncation": row["truncation"], "temperature": float(row["temperature"]),
         "top_p": float(row["top_p"]), "min_p": float(row["min_p"]),
         "rule": rule_text(max_in_corpus_drop), "max_in_corpus_drop": float(max_in_corpus_drop),
@@ -258,8 +334,8 @@ def choose_default(summary: pd.DataFrame, distribution: pd.DataFrame,
         "greedy_seq_rep_4": float(greedy_row["seq_rep_4"]),
         "greedy_in_corpus_4gram_share": float(greedy_row["in_corpus_4gram_share"]),
         "in_corpus_floor": floor,
-        "eligible_cells": int(((cells.index != GREEDY) & (cells["in_corpus_4gram_share"] >= floor)).sum()),
-        "sampling_cells": int((cells.index != GREEDY).sum()),
+        "eligible_cells": int((sampled & (cells["in_corpus_4gram_share"] >= floor)).sum()),
+        "sampling_cells": int(sampled.sum()),
         **numbers("best_top_p", best_top_p), **numbers("best_min_p", best_min_p),
         "min_p_decision": "switch to min-p" if switch else "keep top-p",
         "min_p_reason": reason,

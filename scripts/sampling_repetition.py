@@ -1,4 +1,5 @@
-"""Concatenate the cells: bootstrap summary per cell and metric, plus a few example texts."""
+"""Concatenate the cells and the human reference: bootstrap summary per cell and metric, every
+sample's metrics (for the default rule's distance CI), and a few example texts."""
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
@@ -22,4 +23,5 @@ provenance = carried_stamps(cell_stamps, repeats=int(samples.groupby("cell").siz
                             bootstrap_resamples=smk.params.resamples, bootstrap_seed=smk.params.seed)
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(example_texts(samples, smk.params.example_texts), smk.output.examples, provenance=provenance)
+write_table(samples, smk.output.samples, provenance=provenance)
 print(summary.pivot(index="cell", columns="metric", values="mean").to_string(), file=log)

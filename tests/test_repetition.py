@@ -1,10 +1,15 @@
 """Repetition metrics on hand-made sequences, the bootstrap, one cell end to end on a tiny random
 model, and the default-choice rule on hand-made tables."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 
 from inferlab.corpus import UNK, Vocabulary
 from inferlab.model import GPT, GPTConfig
@@ -58,7 +63,8 @@ def test_in_corpus_share_counts_generated_4grams_found_in_training():
     assert in_corpus_share([4, 5, 6, 7], index, base=10) == 1.0
     assert in_corpus_share([9, 9, 9, 9], index, base=10) == 0.0
     metrics = sample_metrics([1, 2, 3, 4, 5], index, base=10)
-    assert set(metrics) == set(METRICS) and metrics["in_corpus_4gram_share"] == 1.0
+    # the NLL needs the model: score_continuations adds it
+    assert set(metrics) == set(METRICS) - {"nll_per_token"} and metrics["in_corpus_4gram_share"] == 1.0
 
 
 def test_bootstrap_ci_contains_the_mean_and_is_seeded():
@@ -107,7 +113,8 @@ def _samples(cells: dict[str, tuple[str, list[float], list[float]]]) -> pd.DataF
             rows.append({"cell": cell, "truncation": truncation, "temperature": 0.0 if cell == "greedy" else 1.0,
                          "top_p": 1.0, "min_p": 0.05 if truncation == "min_p" else 0.0, "prompt": f"p{sample % 2}",
                          "sample": sample // 2, "seq_rep_4": rep, "distinct_1": 0.5, "distinct_2": 0.7,
-                         "in_corpus_4gram_share": share, "text": f"{cell}-{sample}"})
+                         "in_corpus_4gram_share": share, "nll_per_token": 2.0, "zipf_coefficient": 0.5,
+                         "text": f"{cell}-{sample}"})
     return pd.DataFrame(rows)
 
 
@@ -183,3 +190,33 @@ def test_summary_and_examples_shapes():
     examples = example_texts(samples, 3)
     assert list(examples.groupby("cell", sort=False).size()) == [3, 3]
     assert list(examples[examples.cell == "warm"]["text"]) == ["warm-0", "warm-1", "warm-2"]
+
+
+def test_old_rule_ignores_the_human_reference_row():
+    cells = {
+        "greedy": ("none", [0.5] * 4, [0.60] * 4),
+        "warm": ("top_p", [0.05] * 4, [0.52] * 4),
+        "human": ("reference", [0.0] * 4, [0.95] * 4),  # best on both counts, but not a setting
+    }
+    samples = _samples(cells)
+    samples.loc[samples.cell == "human", ["temperature", "top_p", "min_p"]] = float("nan")
+    summary = summarise(samples, 200, 0)
+    assert "human" in set(summary["cell"])  # the NaN knobs do not drop the row from the summary
+    record = choose_default(summary, _distribution(cells), 0.10)
+    assert record["kind"] == "max_in_corpus_drop" and record["cell"] == "warm"
+    assert record["sampling_cells"] == 1 and record["eligible_cells"] == 1
+
+
+def test_default_rule_kind_is_validated_by_the_schema():
+    root = Path(__file__).resolve().parent.parent
+    schema = str(root / "workflow/schemas/config.schema.yaml")
+    config = yaml.safe_load((root / "config/config.yaml").read_text(encoding="utf-8"))
+    assert config["sampling"]["default_rule"]["kind"] == "human_match"
+    config["sampling"]["default_rule"] = {"kind": "closest_to_greedy"}
+    with pytest.raises(WorkflowError, match="closest_to_greedy"):
+        validate(config, schema)
+    config["sampling"]["default_rule"] = {"kind": "max_in_corpus_drop"}  # that kind needs its threshold
+    with pytest.raises(WorkflowError, match="max_in_corpus_drop"):
+        validate(config, schema)
+    config["sampling"]["default_rule"] = {"kind": "human_match"}  # this one does not
+    validate(config, schema)

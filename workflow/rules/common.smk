@@ -104,7 +104,7 @@ def corpus_source():
 # the numeric stack) also hash the torch, numpy and Python versions.
 SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
 COMPUTE_SCRIPTS = {"train", "kvcache_timing", "kvcache_steps", "roofline_probe", "sampling_distribution",
-                   "sampling_cell", "speculative_group", "speculative_baseline", "quant_scheme"}
+                   "sampling_cell", "sampling_human", "speculative_group", "speculative_baseline", "quant_scheme"}
 _CODE_HASHES = {}
 
 

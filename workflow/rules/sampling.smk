@@ -1,5 +1,6 @@
 # Experiment 2: temperature x top-p (and min-p) -- the next-token distribution for one prompt,
-# repetition per grid cell (one job per cell), and the default setting chosen by the config rule.
+# repetition per grid cell (one job per cell), the human reference row (validation text scored the
+# same way), and the default setting chosen by the config rule.
 
 import re
 
@@ -68,12 +69,43 @@ rule sampling_cell:
         "../../scripts/sampling_cell.py"
 
 
+rule sampling_human:
+    input:
+        **checkpoint(TARGET),
+        vocab=CORPUS["vocab"],
+        stats=CORPUS["stats"],
+        train=CORPUS["train"],
+        val=CORPUS["val"],
+    output:
+        "results/sampling/cells/human.parquet",
+    params:
+        code_sha256=code_hash("sampling_human"),
+        model=TARGET,
+        prompts=SAMPLING["repetition"]["prompts"],
+        samples=SAMPLING["repetition"]["samples"],
+        new_tokens=SAMPLING["repetition"]["new_tokens"],
+        seed=SAMPLING["repetition"]["seed"],
+    log:
+        "logs/sampling/human.log",
+    benchmark:
+        "results/benchmarks/sampling/human.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        CONDA_ENV
+    script:
+        "../../scripts/sampling_human.py"
+
+
 rule sampling_repetition:
     input:
-        expand("results/sampling/cells/{cell}.parquet", cell=list(REPETITION_CELLS)),
+        expand("results/sampling/cells/{cell}.parquet", cell=[*REPETITION_CELLS, "human"]),
     output:
         summary="results/sampling/repetition.parquet",
         examples="results/sampling/samples.parquet",
+        samples="results/sampling/per_sample.parquet",
     params:
         code_sha256=code_hash("sampling_repetition"),
         resamples=SAMPLING["repetition"]["bootstrap_resamples"],
@@ -90,12 +122,16 @@ rule sampling_repetition:
 rule sampling_default:
     input:
         summary="results/sampling/repetition.parquet",
+        samples="results/sampling/per_sample.parquet",
         distribution="results/sampling/distribution.parquet",
     output:
-        "results/sampling/default.parquet",
+        default="results/sampling/default.parquet",
+        distances="results/sampling/distance.parquet",
     params:
         code_sha256=code_hash("sampling_default"),
-        max_in_corpus_drop=SAMPLING["default_rule"]["max_in_corpus_drop"],
+        rule=SAMPLING["default_rule"],
+        resamples=SAMPLING["repetition"]["bootstrap_resamples"],
+        seed=SAMPLING["repetition"]["seed"],
     log:
         "logs/sampling/default.log",
     conda:
