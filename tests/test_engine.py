@@ -1,0 +1,76 @@
+"""Decode engines: the compiled engine decodes exactly like the eager one; a failed compile is stamped eager.
+
+Compiling costs seconds per graph on a busy 2-core machine, so one module-wide engine serves
+every test, and the models are tiny (graphs are reused per (model, token count)).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inferlab import engine as engine_module
+from inferlab.engine import EagerEngine, make_engine
+from inferlab.generate import generate
+from inferlab.speculative import SamplingSettings, speculative_decode
+from tests.test_speculative import similar_pair
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    engine = make_engine("compiled")
+    if engine.engine_used != "compiled":
+        pytest.skip(f"torch.compile unavailable here: {engine.engine_fallback_reason}")
+    return engine
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return similar_pair()
+
+
+def test_compiled_greedy_generation_matches_eager(compiled, pair):
+    target, _ = pair
+    prompt = torch.tensor([[3, 1, 4, 1]])
+    eager = generate(target, prompt, 24, keep_logits=True, engine=EagerEngine())
+    fast = generate(target, prompt, 24, keep_logits=True, engine=compiled)
+    assert len(set(eager.new_tokens(4)[0].tolist())) > 2, "degenerate model: the test would be vacuous"
+    assert torch.equal(eager.tokens, fast.tokens)
+    torch.testing.assert_close(torch.stack(fast.step_logits), torch.stack(eager.step_logits), atol=1e-4, rtol=0)
+    assert any(label.endswith(":T1:B1") for label in compiled.compile_ms), "the decode step was not compiled"
+
+
+def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
+    """Greedy speculative decoding on the compiled engine equals target-only greedy decoding, and
+    every round's cached logits (after rejections too) equal a fresh uncached forward."""
+    target, draft = pair
+    prompt, k = [3, 1, 4], 3
+    reference = generate(target, torch.tensor([prompt]), 40).new_tokens(len(prompt))[0].tolist()
+    trace: list[dict] = []
+    result = speculative_decode(target, draft, prompt, 40, k, SamplingSettings(greedy=True), trace=trace,
+                                engine=compiled)
+    assert result.new_tokens(len(prompt)) == reference
+    assert 0 < result.stats.accepted < result.stats.proposed, "need both acceptances and rejections"
+    seq = result.tokens[0].tolist()
+    with torch.no_grad():
+        for entry in trace:
+            n, drafts = entry["n"], entry["drafts"]
+            context = torch.tensor([seq[:n] + drafts])
+            torch.testing.assert_close(entry["target_logits"], target(context)[0, n - 1:], atol=1e-4, rtol=1e-4)
+    assert any(label.endswith(f":T{k + 1}:B1") for label in compiled.compile_ms), "verify step not compiled"
+
+
+def test_failed_compile_falls_back_and_stamps_eager(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found\nsecond line")
+
+    monkeypatch.setattr(engine_module, "_smoke_compile", broken)
+    engine = make_engine("compiled")
+    assert isinstance(engine, EagerEngine)
+    assert engine.engine_used == "eager"
+    assert engine.stamp()["engine_fallback_reason"] == "RuntimeError: no C++ compiler found"
+
+
+def test_unknown_engine_name_is_an_error():
+    with pytest.raises(ValueError, match="engine must be one of"):
+        make_engine("turbo")
