@@ -69,6 +69,11 @@ class EagerEngine:
     def want_token_counts(self, *counts: int) -> None:
         """No-op: the eager engine runs every length the same way."""
 
+    @torch.no_grad()
+    def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
+        """Uncached step: the whole sequence (B, T) again; returns the last logits (B, V)."""
+        return model(sequence)[:, -1]
+
     def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> EagerSession:
         return EagerSession(model, batch_size, max_seq_len)
 
@@ -110,6 +115,26 @@ def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
     return F.linear(x, model.tok_emb.weight).float()
 
 
+def full_forward(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    """GPT.forward without a cache and without its Python-level checks (they break a graph):
+    causal attention over idx (B, T) from position 0. Returns the last logits (B, V)."""
+    T = idx.size(1)
+    cos, sin = model.rope_cos[:T], model.rope_sin[:T]
+    x = model.tok_emb(idx)
+    for block in model.blocks:
+        attn = block.attn
+        h = block.attn_norm(x)
+        B, _, C = h.shape
+        q, k, v = attn.qkv(h).split(C, dim=2)
+        q, k, v = (t.view(B, T, attn.n_head, attn.head_dim).transpose(1, 2) for t in (q, k, v))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + attn.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        x = x + block.mlp(block.mlp_norm(x))
+    x = model.final_norm(x[:, -1:])
+    return F.linear(x, model.tok_emb.weight).float()[:, -1]
+
+
 class CompiledSession:
     """Static buffers for one model; forwards of few tokens go through the engine's compiled step."""
 
@@ -147,6 +172,8 @@ class CompiledEngine:
         self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
                                        options=self.options or None)
         self._seen: set[tuple[int, int, int]] = set()
+        # the uncached baseline grows by one token per step: one graph with a symbolic length
+        self._full = torch.compile(full_forward, fullgraph=True, dynamic=True, options=self.options or None)
         # every (model, token count, batch) is its own graph: target + draft x {1, 2, k+1}
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
 
@@ -161,6 +188,19 @@ class CompiledEngine:
     def want_token_counts(self, *counts: int) -> None:
         """Forwards of these many tokens will run compiled too (each compiles on first use)."""
         self.token_counts.update(counts)
+
+    @torch.no_grad()
+    def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
+        """Uncached step, compiled once for every length (dynamic shapes); logits (B, V)."""
+        key = (id(model), -1, sequence.size(0))
+        if key in self._seen:
+            return self._full(model, sequence)
+        start = time.perf_counter()
+        out = self._full(model, sequence)
+        self.compile_ms[f"d{model.config.d_model}xL{model.config.n_layer}:uncached:B{sequence.size(0)}"] = \
+            (time.perf_counter() - start) * 1e3
+        self._seen.add(key)
+        return out
 
     def step_for(self, model: GPT, n_tokens: int) -> Callable:
         if n_tokens not in self.token_counts:

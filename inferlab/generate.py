@@ -58,10 +58,11 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: b
     total = prompt.size(1) + max_new_tokens
     if total > model.config.max_seq_len:
         raise ValueError(f"prompt + new tokens = {total} exceeds the context {model.config.max_seq_len}")
+    engine = engine or EagerEngine()
     if not use_cache:
-        return _decode_loop(lambda tokens, start, sequence: recompute_last(model, sequence),
+        return _decode_loop(lambda tokens, start, sequence: engine.recompute_last(model, sequence),
                             prompt, max_new_tokens, sampler, keep_logits)
-    session = (engine or EagerEngine()).open(model, prompt.size(0), total)
+    session = engine.open(model, prompt.size(0), total)
     try:
         return _decode_loop(lambda tokens, start, sequence: session.forward(tokens, start)[:, -1],
                             prompt, max_new_tokens, sampler, keep_logits)
