@@ -58,8 +58,9 @@ class EagerSession:
 class EagerEngine:
     name = "eager"
 
-    def __init__(self, fallback_reason: str | None = None):
+    def __init__(self, fallback_reason: str | None = None, requested: str = "eager"):
         self.engine_fallback_reason = fallback_reason
+        self.requested = requested  # "compiled" when this is the fallback of a failed compile
         self.compile_ms: dict[str, float] = {}
 
     @property
@@ -78,8 +79,8 @@ class EagerEngine:
         return EagerSession(model, batch_size, max_seq_len)
 
     def stamp(self) -> dict:
-        return {"engine_used": self.engine_used, "engine_fallback_reason": self.engine_fallback_reason,
-                "compile_ms_total": 0.0}
+        return {"engine": self.requested, "engine_used": self.engine_used,
+                "engine_fallback_reason": self.engine_fallback_reason, "compile_ms_total": 0.0}
 
 
 # --------------------------------------------------------------------------- static forward
@@ -163,6 +164,7 @@ class CompiledEngine:
     """torch.compile'd static-cache steps, one compiled graph per (model, token count)."""
 
     name = "compiled"
+    requested = "compiled"
     engine_fallback_reason = None
 
     def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None):
@@ -221,7 +223,7 @@ class CompiledEngine:
         return run
 
     def stamp(self) -> dict:
-        return {"engine_used": self.engine_used, "engine_fallback_reason": None,
+        return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.compile_ms.values())),
                 "compile_ms": dict(self.compile_ms), "inductor_options": self.options}
 
@@ -253,4 +255,4 @@ def make_engine(name: str, check: bool = True, **options) -> Engine:
     except Exception as error:  # any compiler/toolchain failure: record it, never hide it
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         log.warning("compiled engine unavailable, falling back to eager: %s", reason)
-        return EagerEngine(fallback_reason=reason)
+        return EagerEngine(fallback_reason=reason, requested="compiled")

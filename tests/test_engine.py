@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from inferlab import engine as engine_module
+from inferlab.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.engine import EagerEngine, make_engine
 from inferlab.generate import generate
 from inferlab.speculative import SamplingSettings, speculative_decode
@@ -74,3 +75,16 @@ def test_failed_compile_falls_back_and_stamps_eager(monkeypatch):
 def test_unknown_engine_name_is_an_error():
     with pytest.raises(ValueError, match="engine must be one of"):
         make_engine("turbo")
+
+
+def test_contention_flag_follows_the_documented_thresholds():
+    quiet = {"loadavg_1m": 0.5, "cores": 2, "other_cpu_share": 0.05}
+    busy = {**quiet, "other_cpu_share": 0.6}
+    assert not is_contended(quiet) and is_contended(busy)
+    # without psutil the load average decides
+    assert is_contended({"loadavg_1m": 3.0, "cores": 2, "other_cpu_share": None})
+    assert not is_contended({"loadavg_1m": 1.0, "cores": 2, "other_cpu_share": None})
+    assert contention_stamp(quiet, busy, 0.1)["contended"]
+    assert rep_spread([1.0, 2.0, 3.0]) == pytest.approx(2.0 / 2.0)
+    snapshot = load_snapshot(window_s=0.05)
+    assert snapshot["cores"] >= 1 and snapshot["loadavg_1m"] >= 0
