@@ -29,6 +29,7 @@ rule kvcache_timing:
         length=lambda w: int(w.length),
         reps=KV["reps"],
         warmup=KV["warmup"],
+        engines=config["engine"],
     log:
         "logs/kvcache_timing/len{length}.log",
     benchmark:
@@ -39,7 +40,9 @@ rule kvcache_timing:
     resources:
         mem_mb=2000,
         # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
-        runtime=lambda w: 2 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6),
+        # per engine; a compiled engine adds a few minutes of compilation on a busy machine
+        runtime=lambda w: len(config["engine"]) * (
+            4 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6)),
     conda:
         CONDA_ENV
     script:
@@ -62,6 +65,7 @@ rule kvcache_steps:
         reps=KV["step_reps"],
         warmup=KV["warmup"],
         profile_steps=KV["profile_steps"],
+        engines=config["engine"],
     log:
         "logs/kvcache_steps.log",
     benchmark:
@@ -69,7 +73,7 @@ rule kvcache_steps:
     threads: workflow.cores
     resources:
         mem_mb=2000,
-        runtime=5,
+        runtime=lambda w: 5 * len(config["engine"]),
     conda:
         CONDA_ENV
     script:
