@@ -27,7 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
-from inferlab.engine import EagerEngine, Engine
+from inferlab.engine import EagerEngine, Engine, by_engine, engine_columns  # noqa: F401  (by_engine re-exported)
 from inferlab.generate import decode_one_token, generate, prefill
 from inferlab.model import GPT, GPTConfig, kv_bytes_per_token
 from inferlab.timing import synchronize, timed_ms
@@ -85,12 +85,6 @@ def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, wa
     table.insert(0, "threads", torch.get_num_threads())
     table.insert(0, "device", device)
     return table.assign(**engine_columns(engine))
-
-
-def engine_columns(engine: Engine) -> dict:
-    """The engine a table's rows ran on, as columns: the requested name and the one actually used."""
-    return {"engine": engine.requested, "engine_used": engine.engine_used,
-            "engine_fallback_reason": engine.engine_fallback_reason or ""}
 
 
 def step_positions(prompt_len: int, max_new_tokens: int, points: int) -> list[int]:
@@ -291,23 +285,6 @@ def summarize_timings(timings: pd.DataFrame) -> pd.DataFrame:
     ratios["ratio_of_medians"] = (medians["no_cache"] / medians["cache"]).reindex(ratios["length"]).to_numpy()
     meta = timings.groupby("length")[["device", "threads", "prompt_tokens"]].first().reset_index()
     return stats.merge(ratios, on="length").merge(meta, on="length")
-
-
-def by_engine(function: Callable[..., pd.DataFrame], *tables: pd.DataFrame, **kwargs) -> pd.DataFrame:
-    """function applied to each engine's rows of the tables, stacked with engine columns first.
-
-    Ratios, fits and shares are therefore always within one engine, never across two."""
-    engine_keys = ["engine", "engine_used", "engine_fallback_reason"]
-    if "engine" not in tables[0].columns:
-        return function(*tables, **kwargs)
-    parts = []
-    for keys, _ in tables[0].groupby(engine_keys, sort=False):
-        rows = [t[t["engine"] == keys[0]].drop(columns=engine_keys) for t in tables]
-        part = function(*rows, **kwargs)
-        for column, value in reversed(list(zip(engine_keys, keys, strict=True))):
-            part.insert(0, column, value)
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)
 
 
 def fit_table(timings: pd.DataFrame, steps: pd.DataFrame, config: GPTConfig) -> pd.DataFrame:
