@@ -6,14 +6,16 @@ every test, and the models are tiny (graphs are reused per (model, token count))
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
 from inferlab import engine as engine_module
 from inferlab.contention import contention_stamp, is_contended, load_snapshot, rep_spread
-from inferlab.engine import EagerEngine, make_engine
+from inferlab.engine import EagerEngine, by_engine, make_engine
 from inferlab.generate import generate
 from inferlab.speculative import SamplingSettings, speculative_decode
+from inferlab.speculative_bench import best_groups_by_engine
 from tests.test_speculative import similar_pair
 
 
@@ -88,3 +90,33 @@ def test_contention_flag_follows_the_documented_thresholds():
     assert rep_spread([1.0, 2.0, 3.0]) == pytest.approx(2.0 / 2.0)
     snapshot = load_snapshot(window_s=0.05)
     assert snapshot["cores"] >= 1 and snapshot["loadavg_1m"] >= 0
+
+
+def test_by_engine_never_mixes_engines():
+    rows = pd.DataFrame({"engine": ["eager", "eager", "compiled", "compiled"],
+                         "engine_used": ["eager", "eager", "compiled", "compiled"],
+                         "engine_fallback_reason": [""] * 4, "ms": [4.0, 6.0, 1.0, 3.0]})
+    means = by_engine(lambda t: pd.DataFrame({"mean_ms": [t["ms"].mean()], "n": [len(t)]}), rows)
+    assert means.columns[:3].tolist() == ["engine", "engine_used", "engine_fallback_reason"]
+    assert means.set_index("engine")["mean_ms"].to_dict() == {"eager": 5.0, "compiled": 2.0}
+    assert (means["n"] == 2).all()
+
+
+def test_best_groups_by_engine_keeps_one_overall_choice():
+    base = {"alpha": 0.7, "tokens_per_target_forward": 2.0, "formula_tokens_per_target_forward": 2.0,
+            "speedup_theory_params": 1.5, "c_params": 0.1, "c_time": 0.5, "wall_speedup_min": 0.9,
+            "wall_speedup_max": 1.1, "speedup_forward_model": 1.0, "engine_fallback_reason": ""}
+    summary = pd.DataFrame([
+        {**base, "engine": "eager", "engine_used": "eager", "draft": "a", "k": 1, "speedup_theory_time": 0.9,
+         "wall_speedup": 0.8},
+        {**base, "engine": "eager", "engine_used": "eager", "draft": "b", "k": 3, "speedup_theory_time": 1.0,
+         "wall_speedup": 0.85},
+        {**base, "engine": "compiled", "engine_used": "compiled", "draft": "a", "k": 3,
+         "speedup_theory_time": 1.4, "wall_speedup": 1.2},
+    ])
+    best = best_groups_by_engine(summary)
+    assert (best["criterion"] == "chosen").sum() == 1 and best["overall_choice"].sum() == 1
+    top = best.iloc[0]
+    assert (top["criterion"], top["engine"], top["draft"], int(top["k"])) == ("chosen", "compiled", "a", 3)
+    per_engine = best[best["criterion"] == "chosen_for_engine"].set_index("engine")
+    assert (per_engine.loc["eager", "draft"], int(per_engine.loc["eager", "k"])) == ("b", 3)
