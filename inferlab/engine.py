@@ -133,7 +133,8 @@ def full_forward(model: GPT, idx: torch.Tensor) -> torch.Tensor:
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + attn.proj(y.transpose(1, 2).contiguous().view(B, T, C))
         x = x + block.mlp(block.mlp_norm(x))
-    x = model.final_norm(x[:, -1:])
+    # the head over every position, as GPT.forward does: the FLOP model of Experiment 1 counts it
+    x = model.final_norm(x)
     return F.linear(x, model.tok_emb.weight).float()[:, -1]
 
 
