@@ -14,6 +14,7 @@ from inferlab import engine as engine_module
 from inferlab.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.engine import EagerEngine, by_engine, make_engine
 from inferlab.generate import generate
+from inferlab.kvbench import time_generation
 from inferlab.speculative import SamplingSettings, speculative_decode
 from inferlab.speculative_bench import best_groups_by_engine
 from tests.test_speculative import similar_pair
@@ -120,3 +121,12 @@ def test_best_groups_by_engine_keeps_one_overall_choice():
     assert (top["criterion"], top["engine"], top["draft"], int(top["k"])) == ("chosen", "compiled", "a", 3)
     per_engine = best[best["criterion"] == "chosen_for_engine"].set_index("engine")
     assert (per_engine.loc["eager", "draft"], int(per_engine.loc["eager", "k"])) == ("b", 3)
+
+
+def test_timing_tables_carry_the_engine_actually_used(pair):
+    target, _ = pair
+    fallback = EagerEngine(fallback_reason="RuntimeError: no compiler", requested="compiled")
+    table = time_generation(target, torch.tensor([[1, 2]]), 3, reps=1, warmup=0, device="cpu", engine=fallback)
+    assert set(table["engine"]) == {"compiled"} and set(table["engine_used"]) == {"eager"}
+    assert set(table["engine_fallback_reason"]) == {"RuntimeError: no compiler"}
+    assert table["same_output"].all()
