@@ -179,7 +179,7 @@ class CompiledEngine:
         # the uncached baseline grows by one token per step: one graph with a symbolic length
         self._full = torch.compile(full_forward, fullgraph=True, dynamic=True, options=self.options or None)
         # every (model, token count, batch) is its own graph: target + draft x {1, 2, k+1}
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
     @property
     def engine_used(self) -> str:
