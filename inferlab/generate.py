@@ -1,4 +1,8 @@
-"""Generation engine: prefill, one-token decode and decode loops, with or without the KV cache."""
+"""Greedy/sampled generation: prefill, one-token decode and the decode loop, with or without the KV cache.
+
+The cached loop runs on a decode engine (inferlab.engine): eager by default, the seed's path;
+the compiled engine gives the same tokens through a static buffer and a compiled step.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inferlab.engine import EagerEngine, Engine
 from inferlab.model import GPT
 
 # A sampler maps next-token logits (B, V) to token ids (B,).
@@ -48,37 +53,38 @@ class Generation:
 
 @torch.no_grad()
 def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
-             sampler: Sampler = greedy, keep_logits: bool = False) -> Generation:
-    """Decodes max_new_tokens after prompt (B, T). The cached path allocates its own cache."""
+             sampler: Sampler = greedy, keep_logits: bool = False, engine: Engine | None = None) -> Generation:
+    """Decodes max_new_tokens after prompt (B, T). The cached path opens its own engine session."""
     total = prompt.size(1) + max_new_tokens
     if total > model.config.max_seq_len:
         raise ValueError(f"prompt + new tokens = {total} exceeds the context {model.config.max_seq_len}")
-    if use_cache:
-        model.setup_caches(prompt.size(0), total)
+    engine = engine or EagerEngine()
+    if not use_cache:
+        return _decode_loop(lambda tokens, start, sequence: engine.recompute_last(model, sequence),
+                            prompt, max_new_tokens, sampler, keep_logits)
+    session = engine.open(model, prompt.size(0), total)
     try:
-        return _decode_loop(model, prompt, max_new_tokens, use_cache, sampler, keep_logits)
+        return _decode_loop(lambda tokens, start, sequence: session.forward(tokens, start)[:, -1],
+                            prompt, max_new_tokens, sampler, keep_logits)
     finally:
-        if use_cache:
-            model.clear_caches()
+        session.close()
 
 
-def _decode_loop(model, prompt, max_new_tokens, use_cache, sampler, keep_logits) -> Generation:
+def _decode_loop(step, prompt, max_new_tokens, sampler, keep_logits) -> Generation:
+    """step(new tokens (B, T), their start position, the sequence so far) -> next logits (B, V)."""
     sequence = torch.empty(prompt.size(0), prompt.size(1) + max_new_tokens, dtype=torch.long,
                            device=prompt.device)
     sequence[:, : prompt.size(1)] = prompt
     kept: list[torch.Tensor] | None = [] if keep_logits else None
     position = prompt.size(1)
-    logits = prefill(model, prompt) if use_cache else recompute_last(model, prompt)
-    for step in range(max_new_tokens):
+    logits = step(prompt, 0, prompt)
+    for index in range(max_new_tokens):
         token = sampler(logits)
         sequence[:, position] = token
         if kept is not None:
             kept.append(logits)
         position += 1
-        if step + 1 == max_new_tokens:
+        if index + 1 == max_new_tokens:
             break
-        if use_cache:
-            logits = decode_one_token(model, token.view(-1, 1), position - 1)
-        else:
-            logits = recompute_last(model, sequence[:, :position])
+        logits = step(token.view(-1, 1), position - 1, sequence[:, :position])
     return Generation(sequence, kept)

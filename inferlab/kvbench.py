@@ -27,7 +27,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
-from inferlab.generate import decode_one_token, generate, prefill, recompute_last
+from inferlab.engine import EagerEngine, Engine, by_engine, engine_columns  # noqa: F401  (by_engine re-exported)
+from inferlab.generate import decode_one_token, generate, prefill
 from inferlab.model import GPT, GPTConfig, kv_bytes_per_token
 from inferlab.timing import synchronize, timed_ms
 
@@ -45,24 +46,28 @@ def _mode_order(rep: int) -> tuple[str, str]:
 
 
 def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, warmup: int,
-                    device: str, progress_file: TextIO | None = None) -> pd.DataFrame:
+                    device: str, progress_file: TextIO | None = None, engine: Engine | None = None
+                    ) -> pd.DataFrame:
     """Greedy generations of `length` tokens, `reps` per mode after `warmup` untimed pairs.
 
-    One row per (rep, mode). same_output compares the tokens of the two modes within a rep.
-    Afterwards the KV cache's bytes per token are measured and checked (check_kv_bytes).
+    Both modes run on `engine` (eager when None); its compile time falls in the warm-up, which
+    must be >= 1 for a compiled engine. One row per (rep, mode). same_output compares the
+    tokens of the two modes within a rep. Afterwards the KV cache's bytes per token are
+    measured and checked (check_kv_bytes).
     """
+    engine = engine or EagerEngine()
     rows = []
     bar = tqdm(total=2 * (warmup + reps), desc=f"kvcache len={length}", file=progress_file,
                disable=progress_file is None, mininterval=2.0, ascii=True)
     for _ in range(warmup):
         for mode in MODES:
-            generate(model, prompt, length, use_cache=mode == "cache")
+            generate(model, prompt, length, use_cache=mode == "cache", engine=engine)
             bar.update()
     for rep in range(reps):
         tokens = {}
         for mode in _mode_order(rep):
-            result, ms = timed_ms(lambda m=mode: generate(model, prompt, length, use_cache=m == "cache"),
-                                  device)
+            result, ms = timed_ms(lambda m=mode: generate(model, prompt, length, use_cache=m == "cache",
+                                                          engine=engine), device)
             tokens[mode] = result.tokens
             rows.append({"rep": rep, "mode": mode, "total_ms": ms, "ms_per_token": ms / length})
             bar.update()
@@ -79,7 +84,7 @@ def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, wa
     table.insert(0, "prompt_tokens", prompt.size(1))
     table.insert(0, "threads", torch.get_num_threads())
     table.insert(0, "device", device)
-    return table
+    return table.assign(**engine_columns(engine))
 
 
 def step_positions(prompt_len: int, max_new_tokens: int, points: int) -> list[int]:
@@ -90,27 +95,30 @@ def step_positions(prompt_len: int, max_new_tokens: int, points: int) -> list[in
     return sorted({round(lo + (hi - lo) * i / (points - 1)) for i in range(points)})
 
 
-def _cached_step_fn(model: GPT, sequence: torch.Tensor, positions: int) -> Callable[[], object]:
-    # Cache filled with the first positions-1 tokens; the timed step decodes the last one,
-    # attending over `positions` keys, exactly like a step of a cached generation.
-    model.setup_caches(sequence.size(0), positions)
+def _cached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, positions: int
+                    ) -> tuple[Callable[[], object], Callable[[], None]]:
+    """(step, close). Cache filled with the first positions-1 tokens; the timed step decodes the
+    last one, attending over `positions` keys, exactly like a step of a cached generation."""
+    session = engine.open(model, sequence.size(0), positions)
     if positions > 1:
-        prefill(model, sequence[:, : positions - 1])
+        session.forward(sequence[:, : positions - 1], 0)
     token = sequence[:, positions - 1: positions]
-    return lambda: decode_one_token(model, token, positions - 1)
+    return (lambda: session.forward(token, positions - 1)), session.close
 
 
-def _uncached_step_fn(model: GPT, sequence: torch.Tensor, positions: int) -> Callable[[], object]:
+def _uncached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, positions: int
+                      ) -> tuple[Callable[[], object], Callable[[], None]]:
     prefix = sequence[:, :positions]
-    return lambda: recompute_last(model, prefix)
+    return (lambda: engine.recompute_last(model, prefix)), (lambda: None)
 
 
 def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: int, warmup: int,
-               device: str, progress_file: TextIO | None = None) -> pd.DataFrame:
+               device: str, progress_file: TextIO | None = None, engine: Engine | None = None) -> pd.DataFrame:
     """Single forward passes: uncached over `positions` tokens, cached for one token after them.
 
     sequence: (1, >= max(positions)) tokens to run on. One row per (rep, mode, positions).
     """
+    engine = engine or EagerEngine()
     if max(positions) > sequence.size(1):
         raise ValueError(f"sequence of {sequence.size(1)} tokens is shorter than {max(positions)}")
     rows = []
@@ -119,15 +127,12 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
     for rep in range(-warmup, reps):
         for n in positions:
             for mode in _mode_order(rep + n):
+                make_step = _cached_step_fn if mode == "cache" else _uncached_step_fn
+                step, close = make_step(engine, model, sequence, n)
                 try:
-                    if mode == "cache":
-                        step = _cached_step_fn(model, sequence, n)
-                    else:
-                        model.clear_caches()
-                        step = _uncached_step_fn(model, sequence, n)
                     _, ms = timed_ms(step, device)
                 finally:
-                    model.clear_caches()
+                    close()
                 if rep >= 0:
                     rows.append({"rep": rep, "mode": mode, "positions": n, "step_ms": ms})
             bar.update()
@@ -135,7 +140,7 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
     table = pd.DataFrame(rows)
     table.insert(0, "threads", torch.get_num_threads())
     table.insert(0, "device", device)
-    return table
+    return table.assign(**engine_columns(engine))
 
 
 # ---------------------------------------------------------------------------- KV cache size
@@ -349,15 +354,16 @@ def operator_share(events, label: str = STEP_LABEL) -> tuple[pd.DataFrame, pd.Da
 
 
 def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, steps: int, device: str,
-                        top: int = 10) -> pd.DataFrame:
+                        top: int = 10, engine: Engine | None = None) -> pd.DataFrame:
     """Profiles `steps` cached decode steps at `positions` (CPU activities) after a warm-up.
 
     One row per top operator (by time per step); the step-level columns (medians over the
     profiled steps) repeat on every row. unprofiled_step_ms times the same step without the
     profiler, whose own bookkeeping inflates wall_ms.
     """
+    engine = engine or EagerEngine()
+    step, close = _cached_step_fn(engine, model, sequence, positions)
     try:
-        step = _cached_step_fn(model, sequence, positions)
         for _ in range(3):
             step()
         unprofiled = [timed_ms(step, device)[1] for _ in range(steps)]
@@ -367,7 +373,7 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
                     step()
                 synchronize(device)
     finally:
-        model.clear_caches()
+        close()
     per_step, ops = operator_share(prof.events())
     n = len(per_step)
     top_ops = (ops.groupby("op").agg(calls=("op_ms", "size"), total_ms=("op_ms", "sum")).reset_index()
@@ -384,4 +390,5 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
         "outside_share": 1.0 - float(per_step["op_share"].median()),
         "top_level_ops_per_step": float(per_step["top_level_ops"].median()),
         "unprofiled_step_ms": statistics.median(unprofiled),
+        **engine_columns(engine),
     })

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from inferlab.engine import EagerEngine, Engine
 from inferlab.model import GPT
 from inferlab.sampling import logits_to_probs
 from inferlab.timing import timed_ms
@@ -124,27 +125,33 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
 
 # --------------------------------------------------------------------------- the decode loop
 
-def _forward(model: GPT, tokens: list[int], start: int) -> torch.Tensor:
-    """Cached forward of tokens at positions start..; returns logits (T, V)."""
-    idx = torch.tensor([tokens], dtype=torch.long)
-    return model(idx, torch.arange(start, start + len(tokens)))[0]
+def _forward(session, tokens: list[int], start: int) -> torch.Tensor:
+    """Cached forward of tokens at positions start.. on an engine session; returns logits (T, V)."""
+    return session.forward(torch.tensor([tokens], dtype=torch.long), start)[0]
 
 
-def _prefill_all_but_last(models: list[GPT], prompt: list[int]) -> None:
+def _prefill_all_but_last(sessions: list, prompt: list[int]) -> None:
     """Caches the prompt except its last token, which stays pending for the first round."""
     if len(prompt) > 1:
-        for model in models:
-            _forward(model, prompt[:-1], 0)
+        for session in sessions:
+            _forward(session, prompt[:-1], 0)
 
 
-def _setup(models: list[GPT], length: int) -> None:
+def _open(engine: Engine | None, models: list[GPT], length: int) -> list:
+    """One engine session (and KV cache) per model, batch 1, room for `length` positions."""
     for model in models:
         if length > model.config.max_seq_len:
             raise ValueError(f"prompt + new tokens + k = {length} exceeds the context {model.config.max_seq_len}")
-        model.setup_caches(1, length)
+    engine = engine or EagerEngine()
+    return [engine.open(model, 1, length) for model in models]
 
 
-def _draft_propose(draft: GPT, seq: list[int], draft_valid: int, k: int, settings: SamplingSettings,
+def _close(sessions: list) -> None:
+    for session in sessions:
+        session.close()
+
+
+def _draft_propose(draft, seq: list[int], draft_valid: int, k: int, settings: SamplingSettings,
                    generator: torch.Generator | None) -> tuple[list[int], torch.Tensor, torch.Tensor]:
     """k draft tokens; the first forward feeds every token the draft's cache lacks (1 or 2).
 
@@ -173,13 +180,14 @@ def _draft_propose(draft: GPT, seq: list[int], draft_valid: int, k: int, setting
 def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_tokens: int, k: int,
                        settings: SamplingSettings = SamplingSettings(),
                        generator: torch.Generator | None = None,
-                       trace: list[dict] | None = None) -> SpeculativeResult:
+                       trace: list[dict] | None = None, engine: Engine | None = None) -> SpeculativeResult:
     """Generates max_new_tokens after prompt with draft proposals of length k.
 
     The last round may overshoot; the output is cut to max_new_tokens, the counters are not
     (so tokens per round stays an unbiased sample of the formula's E). When trace is a list,
     each round appends its context length n, drafts and the raw logits of both models, which
-    lets tests compare the cached logits with a fresh full forward.
+    lets tests compare the cached logits with a fresh full forward. `engine` runs both models'
+    forwards (eager when None); a compiled engine compiles the 1-, 2- and (k+1)-token steps.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -187,16 +195,18 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         raise ValueError("the prompt must hold at least one token")
     if draft is target:
         raise ValueError("the draft must be a separate module: each model owns its KV cache")
-    _setup([target, draft], len(prompt) + max_new_tokens + k)
+    if engine is not None:
+        engine.want_token_counts(1, 2, k + 1)
+    target_session, draft_session = sessions = _open(engine, [target, draft], len(prompt) + max_new_tokens + k)
     try:
-        _prefill_all_but_last([target, draft], prompt)
+        _prefill_all_but_last(sessions, prompt)
         seq = list(prompt)
         draft_valid = len(seq) - 1
         stats = SpeculativeStats()
         while len(seq) - len(prompt) < max_new_tokens:
             n = len(seq)
-            drafts, draft_logits, draft_probs = _draft_propose(draft, seq, draft_valid, k, settings, generator)
-            target_logits = _forward(target, [seq[-1], *drafts], n - 1)  # (k+1, V)
+            drafts, draft_logits, draft_probs = _draft_propose(draft_session, seq, draft_valid, k, settings, generator)
+            target_logits = _forward(target_session, [seq[-1], *drafts], n - 1)  # (k+1, V)
             draft_tensor = torch.tensor(drafts)
             if settings.greedy:
                 m, next_token = verify_greedy(target_logits, draft_tensor)
@@ -225,52 +235,56 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         tokens = torch.tensor([seq[: len(prompt) + max_new_tokens]])
         return SpeculativeResult(tokens, stats)
     finally:
-        target.clear_caches()
-        draft.clear_caches()
+        _close(sessions)
 
 
 @torch.no_grad()
 def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
                           settings: SamplingSettings = SamplingSettings(),
-                          generator: torch.Generator | None = None) -> torch.Tensor:
+                          generator: torch.Generator | None = None, engine: Engine | None = None
+                          ) -> torch.Tensor:
     """Plain target-only decoding with the same prefill convention and sampling code as
-    speculative_decode: the wall-clock baseline. Returns tokens (1, T_prompt + n)."""
-    _setup([model], len(prompt) + max_new_tokens)
+    speculative_decode, on the same engine: the wall-clock baseline. Returns tokens (1, T_prompt + n)."""
+    sessions = _open(engine, [model], len(prompt) + max_new_tokens)
     try:
-        _prefill_all_but_last([model], prompt)
+        _prefill_all_but_last(sessions, prompt)
         seq = list(prompt)
         for _ in range(max_new_tokens):
-            logits = _forward(model, [seq[-1]], len(seq) - 1)[-1]
+            logits = _forward(sessions[0], [seq[-1]], len(seq) - 1)[-1]
             if settings.greedy:
                 seq.append(int(logits.argmax()))
             else:
                 seq.append(sample_from(settings.probs(logits), generator))
         return torch.tensor([seq])
     finally:
-        model.clear_caches()
+        _close(sessions)
 
 
 # --------------------------------------------------------------------------- forward timing
 
 @torch.no_grad()
-def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3) -> list[float]:
+def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3,
+               engine: Engine | None = None) -> list[float]:
     """Wall time of one cached forward of n_tokens tokens after `context` cached positions.
 
     n_tokens=1 is a decode step (the cost c is a ratio of these); n_tokens=k+1 is a
-    verification forward. Returns reps timings in ms.
+    verification forward. Returns reps timings in ms. On a compiled engine the first warm-up
+    call compiles; warmup >= 1 keeps that out of the timings.
     """
-    _setup([model], context + n_tokens)
+    if engine is not None:
+        engine.want_token_counts(n_tokens)
+    sessions = _open(engine, [model], context + n_tokens)
     try:
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(model.config.vocab_size, (1, context + n_tokens), generator=gen)
-        model(ids[:, :context], torch.arange(context))
+        if context:
+            sessions[0].forward(ids[:, :context], 0)
         step_ids = ids[:, context:]
-        step_pos = torch.arange(context, context + n_tokens)
         times = []
         for i in range(warmup + reps):
-            _, elapsed = timed_ms(lambda: model(step_ids, step_pos))
+            _, elapsed = timed_ms(lambda: sessions[0].forward(step_ids, context))
             if i >= warmup:
                 times.append(elapsed)
         return times
     finally:
-        model.clear_caches()
+        _close(sessions)

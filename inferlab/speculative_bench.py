@@ -17,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 from inferlab.corpus import Vocabulary, encode_prompt
+from inferlab.engine import EagerEngine, Engine, engine_columns
 from inferlab.generate import generate
 from inferlab.model import GPT
 from inferlab.speculative import (
@@ -42,14 +43,17 @@ def _bar(total: int, desc: str, progress_file: TextIO | None) -> tqdm:
 
 def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], new_tokens: int, k: int,
               settings: SamplingSettings, timing_reps: int,
-              progress_file: TextIO | None = None) -> pd.DataFrame:
-    """Speculative sampling for every prompt x seed, timing_reps times each.
+              progress_file: TextIO | None = None, engine: Engine | None = None) -> pd.DataFrame:
+    """Speculative sampling for every prompt x seed, timing_reps times each, on `engine`.
 
     Reruns repeat the same seed, so their tokens and counters are identical (CPU decoding is
-    deterministic); only wall_ms differs. One untimed run first warms the allocator and kernels.
+    deterministic); only wall_ms differs. One untimed run first warms the allocator and kernels
+    (and compiles the steps of a compiled engine: a 1-, 2- and (k+1)-token graph per model).
     """
+    engine = engine or EagerEngine()
     first = prompts[0]["ids"]
-    speculative_decode(target, draft, first, new_tokens, k, settings, torch.Generator().manual_seed(0))
+    speculative_decode(target, draft, first, new_tokens, k, settings, torch.Generator().manual_seed(0),
+                       engine=engine)
     rows = []
     bar = _bar(timing_reps * len(prompts) * len(seeds), f"speculative k={k}", progress_file)
     for rep in range(timing_reps):
@@ -57,7 +61,7 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
             for seed in seeds:
                 generator = torch.Generator().manual_seed(seed)
                 result, wall_ms = timed_ms(partial(speculative_decode, target, draft, prompt["ids"],
-                                                   new_tokens, k, settings, generator))
+                                                   new_tokens, k, settings, generator, engine=engine))
                 s = result.stats
                 rows.append({
                     "k": k, "prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
@@ -73,16 +77,18 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
                 })
                 bar.update()
     bar.close()
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(**engine_columns(engine))
 
 
-def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens: int, k: int) -> pd.DataFrame:
-    """Speculative greedy against the existing target-only greedy decoder, token for token."""
+def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens: int, k: int,
+                        engine: Engine | None = None) -> pd.DataFrame:
+    """Speculative greedy on `engine` against the eager target-only greedy decoder, token for token."""
+    engine = engine or EagerEngine()
     rows = []
     for prompt in prompts:
         ids = prompt["ids"]
         reference = generate(target, torch.tensor([ids]), new_tokens).new_tokens(len(ids))[0].tolist()
-        result = speculative_decode(target, draft, ids, new_tokens, k, SamplingSettings(greedy=True))
+        result = speculative_decode(target, draft, ids, new_tokens, k, SamplingSettings(greedy=True), engine=engine)
         produced = result.new_tokens(len(ids))
         mismatches = [i for i, (a, b) in enumerate(zip(produced, reference, strict=True)) if a != b]
         rows.append({"k": k, "prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
@@ -90,29 +96,33 @@ def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens
                      "first_mismatch": mismatches[0] if mismatches else -1,
                      "rounds": result.stats.rounds, "proposed": result.stats.proposed,
                      "accepted": result.stats.accepted})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(**engine_columns(engine))
 
 
-def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int) -> pd.DataFrame:
+def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
+                       engine: Engine | None = None) -> pd.DataFrame:
     """Cached forward times: a target step, a draft step, and the target's (k+1)-token verification.
 
     Interleaved rep by rep so that a slow stretch of the machine hits all three alike.
     """
+    engine = engine or EagerEngine()
     cases = [("target", target, 1), ("draft", draft, 1), ("target", target, k + 1)]
     rows = []
     for rep in range(reps):
         for role, model, n_tokens in cases:
-            ms = forward_ms(model, context, n_tokens, reps=1, warmup=1 if rep else 3)[0]
+            ms = forward_ms(model, context, n_tokens, reps=1, warmup=1 if rep else 3, engine=engine)[0]
             rows.append({"k": k, "role": role, "tokens_per_forward": n_tokens, "context": context,
                          "rep": rep, "forward_ms": ms})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(**engine_columns(engine))
 
 
 def run_baseline(target: GPT, prompts: list[dict], seeds: list[int], new_tokens: int,
                  settings: SamplingSettings, timing_reps: int,
-                 progress_file: TextIO | None = None) -> pd.DataFrame:
-    """Target-only sampling of the same prompts and seeds: the wall-clock baseline."""
-    autoregressive_decode(target, prompts[0]["ids"], new_tokens, settings, torch.Generator().manual_seed(0))
+                 progress_file: TextIO | None = None, engine: Engine | None = None) -> pd.DataFrame:
+    """Target-only sampling of the same prompts and seeds on `engine`: that engine's wall-clock baseline."""
+    engine = engine or EagerEngine()
+    autoregressive_decode(target, prompts[0]["ids"], new_tokens, settings, torch.Generator().manual_seed(0),
+                          engine=engine)
     rows = []
     bar = _bar(timing_reps * len(prompts) * len(seeds), "target-only", progress_file)
     for rep in range(timing_reps):
@@ -120,7 +130,7 @@ def run_baseline(target: GPT, prompts: list[dict], seeds: list[int], new_tokens:
             for seed in seeds:
                 generator = torch.Generator().manual_seed(seed)
                 tokens, wall_ms = timed_ms(partial(autoregressive_decode, target, prompt["ids"], new_tokens,
-                                                   settings, generator))
+                                                   settings, generator, engine=engine))
                 rows.append({"prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
                              "prompt_tokens": len(prompt["ids"]), "seed": seed, "rep": rep,
                              "new_tokens": new_tokens, "target_forwards": new_tokens,
@@ -128,7 +138,7 @@ def run_baseline(target: GPT, prompts: list[dict], seeds: list[int], new_tokens:
                              "new_token_ids": tokens[0, len(prompt["ids"]):].tolist()})
                 bar.update()
     bar.close()
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(**engine_columns(engine))
 
 
 # --------------------------------------------------------------------------- summary
@@ -267,3 +277,29 @@ def best_groups(summary: pd.DataFrame) -> pd.DataFrame:
         rows[0]["reason"] += (f"; on this machine no group beats target-only sampling on the wall clock "
                               f"(best median {fastest:.2f}x)")
     return pd.DataFrame(rows)
+
+
+def best_groups_by_engine(summary: pd.DataFrame) -> pd.DataFrame:
+    """best_groups for each engine, with an engine column; exactly one row has criterion "chosen".
+
+    Each engine's own recommendation is criterion "chosen_for_engine"; the overall choice is the
+    engine recommendation with the highest CHOICE_CRITERION value, moved to the first row and
+    labelled "chosen" (overall_choice True), so a reader that wants one answer finds it as before.
+    """
+    if "engine" not in summary.columns:
+        return best_groups(summary).assign(overall_choice=lambda d: d["criterion"] == "chosen")
+    parts = []
+    for (engine, engine_used), rows in summary.groupby(["engine", "engine_used"], sort=False):
+        part = best_groups(rows.reset_index(drop=True))
+        part.insert(0, "engine_used", engine_used)
+        part.insert(0, "engine", engine)
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True)
+    table.loc[table["criterion"] == "chosen", "criterion"] = "chosen_for_engine"
+    candidates = table[table["criterion"] == "chosen_for_engine"]
+    overall = candidates["value"].idxmax()
+    chosen = table.loc[[overall]].assign(criterion="chosen")
+    chosen["reason"] = f"[{chosen['engine'].iloc[0]} engine] " + chosen["reason"]
+    table = pd.concat([chosen, table], ignore_index=True)
+    table["overall_choice"] = table.index == 0
+    return table

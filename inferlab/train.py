@@ -1,10 +1,11 @@
-"""Training loop: AdamW, linear warm-up then cosine decay, bf16 autocast on CPUs that support it."""
+"""Training loop: AdamW, linear warm-up then cosine decay, bf16 autocast on CPUs that run it natively."""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TextIO
 
 import pandas as pd
@@ -45,19 +46,45 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * cosine)
 
 
-def bf16_supported() -> bool:
+# CPU flags (as /proc/cpuinfo spells them) that mean bf16 matmuls run in hardware. oneDNN's
+# own check (_is_mkldnn_bf16_supported) is also true on plain AVX-512, where bf16 autocast is
+# emulated and measured about 2x SLOWER than fp32, so it must not decide alone.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
+    """The CPU's feature flags, or None where /proc/cpuinfo does not exist (macOS, Windows)."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")) and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def choose_precision(requested: str, flags: set[str] | None = None) -> tuple[str, str]:
+    """(precision, reason). "auto" picks bf16 only where the CPU has native bf16 instructions.
+
+    flags defaults to the probe of this machine (cpu_flags); tests pass their own.
+    """
+    if requested in ("bf16", "fp32"):
+        return requested, f"{requested} requested in the config"
+    if requested != "auto":
+        raise ValueError(f"precision must be auto, bf16 or fp32, got {requested!r}")
+    flags = cpu_flags() if flags is None else flags
+    if flags is None:
+        return "fp32", "auto: no /proc/cpuinfo to prove native bf16, so fp32"
+    native = sorted(set(NATIVE_BF16_FLAGS) & flags)
+    if native:
+        return "bf16", f"auto: CPU has native bf16 ({', '.join(native)})"
+    return "fp32", (f"auto: CPU lacks {'/'.join(NATIVE_BF16_FLAGS)}; bf16 autocast would be emulated "
+                    f"(slower than fp32)")
 
 
 def resolve_precision(requested: str) -> str:
-    if requested == "auto":
-        return "bf16" if bf16_supported() else "fp32"
-    if requested not in ("bf16", "fp32"):
-        raise ValueError(f"precision must be auto, bf16 or fp32, got {requested!r}")
-    return requested
+    return choose_precision(requested)[0]
 
 
 def sample_batch(ids: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator
@@ -86,7 +113,9 @@ def train_model(model_config: GPTConfig, cfg: TrainConfig, train_ids: torch.Tens
     torch.manual_seed(cfg.seed)
     model = GPT(model_config)
     model.train()
-    precision = resolve_precision(cfg.precision)
+    precision, precision_reason = choose_precision(cfg.precision)
+    if progress_file is not None:
+        print(f"precision {precision}: {precision_reason}", file=progress_file, flush=True)
     optimizer = _optimizer(model, cfg)
     batch_rng = torch.Generator().manual_seed(cfg.seed + 1)
     eval_rng = torch.Generator().manual_seed(cfg.seed + 2)
@@ -119,7 +148,8 @@ def train_model(model_config: GPTConfig, cfg: TrainConfig, train_ids: torch.Tens
     tokens = cfg.steps * cfg.batch_size * cfg.seq_len
     summary = {"val_loss": val_loss, "steps": cfg.steps, "tokens_seen": tokens,
                "train_seconds": train_seconds, "tokens_per_s": tokens / train_seconds,
-               "precision": precision, "final_train_loss": rows[-1]["train_loss"] if rows else None}
+               "precision": precision,
+               "precision_reason": precision_reason, "final_train_loss": rows[-1]["train_loss"] if rows else None}
     return model, pd.DataFrame(rows), summary
 
 

@@ -1,11 +1,15 @@
-"""Single decode steps at several sequence lengths (for the a + b·positions fit) and a profiled cached step."""
+"""Single decode steps at several sequence lengths (for the a + b·positions fit) and a profiled cached step,
+per engine."""
 
 from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+import pandas as pd
 
 from inferlab.checkpoint import load_checkpoint, model_stamp
+from inferlab.contention import contention_stamp, load_snapshot, rep_spread
 from inferlab.corpus import encode_prompt, load_vocabulary
+from inferlab.engine import make_engine
 from inferlab.generate import generate
 from inferlab.jobs import start_job
 from inferlab.kvbench import profile_cached_step, step_positions, time_steps
@@ -22,13 +26,27 @@ model, meta = load_checkpoint(Path(smk.input.meta).parent, device)
 prompt, unk = encode_prompt(load_vocabulary(smk.input.vocab), p.prompt, device)
 sequence = generate(model, prompt, p.max_length).tokens  # the tokens a real generation runs over
 positions = step_positions(prompt.size(1), p.max_length, p.points)
-steps = time_steps(model, sequence, positions, p.reps, p.warmup, device, progress_file=log)
-# Profile a step in the middle of the longest generation.
-profile = profile_cached_step(model, sequence, positions[len(positions) // 2], p.profile_steps, device)
+before = load_snapshot()
+steps, profiles, engines = [], [], {}
+for name in p.engines:
+    engine = make_engine(name)
+    print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
+    # warm-up >= 1, so a compiled engine's compilation stays out of the timed reps
+    steps.append(time_steps(model, sequence, positions, p.reps, max(1, p.warmup), device, progress_file=log,
+                            engine=engine))
+    # Profile a step in the middle of the longest generation.
+    profiles.append(profile_cached_step(model, sequence, positions[len(positions) // 2], p.profile_steps, device,
+                                        engine=engine))
+    engines[name] = engine.stamp()
+steps, profile = pd.concat(steps, ignore_index=True), pd.concat(profiles, ignore_index=True)
+contention = contention_stamp(before, load_snapshot(),
+                              float(steps.groupby(["engine", "mode", "positions"])["step_ms"].agg(rep_spread).max()))
+steps["contended"] = profile["contended"] = contention["contended"]
 provenance = job_stamps(machine_stamp(device), model_stamp(meta, p.model_name), p.reps,
                         "cached and uncached single steps over the same tokens",
-                        warmup=p.warmup, prompt=p.prompt, prompt_unk=unk)
+                        warmup=p.warmup, prompt=p.prompt, prompt_unk=unk, engines=engines, contention=contention)
 write_table(steps, smk.output.steps, provenance=provenance)
 write_table(profile, smk.output.profile, provenance={**provenance, "repeats": p.profile_steps})
-print(steps.groupby(["mode", "positions"])["step_ms"].median().to_string(), file=log)
+print(steps.groupby(["engine", "mode", "positions"])["step_ms"].median().to_string(), file=log)
 print(profile.to_string(), file=log)
+print(f"engines: {engines}\ncontention: {contention}", file=log)

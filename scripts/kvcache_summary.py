@@ -1,11 +1,11 @@
-"""Collect the per-length timings; summarise them and fit the no-cache step time as a + b·positions."""
+"""Collect the per-length timings; summarise them and fit the no-cache step time as a + b·positions, per engine."""
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
-from inferlab.kvbench import fit_table, summarize_timings
+from inferlab.kvbench import by_engine, fit_table, summarize_timings
 from inferlab.lineage import job_lineage
 from inferlab.model import GPTConfig
 from inferlab.stamps import carried_stamps
@@ -17,10 +17,16 @@ meta = read_json(smk.input.meta)
 timings = pd.concat([read_table(path) for path in smk.input.timings], ignore_index=True)
 steps = read_table(smk.input.steps)
 first = read_provenance(smk.input.timings[0])
-provenance = carried_stamps(first, model=model_stamp(meta, smk.params.model_name), machines_per_length={
-    str(path): read_provenance(path)["machine"] for path in smk.input.timings})
-summary = summarize_timings(timings)
-fit = fit_table(timings, steps, GPTConfig.from_dict(meta["model_config"]))
+per_length = {str(path): read_provenance(path) for path in smk.input.timings}
+contended = any(p.get("contention", {}).get("contended", False) for p in per_length.values()) or \
+    bool(read_provenance(smk.input.steps).get("contention", {}).get("contended", False))
+provenance = carried_stamps(first, model=model_stamp(meta, smk.params.model_name), contended=contended,
+                            machines_per_length={path: p["machine"] for path, p in per_length.items()},
+                            contention_per_length={path: p.get("contention") for path, p in per_length.items()})
+summary = by_engine(summarize_timings, timings.drop(columns="contended", errors="ignore"))
+fit = by_engine(fit_table, timings.drop(columns="contended", errors="ignore"),
+                steps.drop(columns="contended", errors="ignore"), config=GPTConfig.from_dict(meta["model_config"]))
+summary["contended"] = fit["contended"] = contended
 write_table(timings, smk.output.timings, provenance=provenance)
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(fit, smk.output.fit, provenance={**provenance, "fit_repeats": read_provenance(smk.input.steps)["repeats"]})

@@ -1,11 +1,14 @@
-"""Time greedy generation of one length with and without the KV cache (alternating reps)."""
+"""Time greedy generation of one length with and without the KV cache (alternating reps), per engine."""
 
 from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+import pandas as pd
 
 from inferlab.checkpoint import load_checkpoint, model_stamp
+from inferlab.contention import contention_stamp, load_snapshot, rep_spread
 from inferlab.corpus import encode_prompt, load_vocabulary
+from inferlab.engine import make_engine
 from inferlab.jobs import start_job
 from inferlab.kvbench import time_generation
 from inferlab.lineage import job_lineage
@@ -18,10 +21,21 @@ log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.param
 device = resolve_device(smk.params.device)
 model, meta = load_checkpoint(Path(smk.input.meta).parent, device)
 prompt, unk = encode_prompt(load_vocabulary(smk.input.vocab), smk.params.prompt, device)
-table = time_generation(model, prompt, smk.params.length, smk.params.reps, smk.params.warmup, device,
-                        progress_file=log)
+before = load_snapshot()
+tables, engines = [], {}
+for name in smk.params.engines:
+    engine = make_engine(name)
+    print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
+    tables.append(time_generation(model, prompt, smk.params.length, smk.params.reps, max(1, smk.params.warmup),
+                                  device, progress_file=log, engine=engine))
+    engines[name] = engine.stamp()
+table = pd.concat(tables, ignore_index=True)
+contention = contention_stamp(before, load_snapshot(),
+                              float(table.groupby(["engine", "mode"])["total_ms"].agg(rep_spread).max()))
+table["contended"] = contention["contended"]
 provenance = job_stamps(machine_stamp(device), model_stamp(meta, smk.params.model_name), smk.params.reps,
-                        "no_cache (full recompute)", warmup=smk.params.warmup, prompt=smk.params.prompt,
-                        prompt_unk=unk)
+                        "no_cache (full recompute) on the same engine", warmup=smk.params.warmup,
+                        prompt=smk.params.prompt, prompt_unk=unk, engines=engines, contention=contention)
 write_table(table, smk.output[0], provenance=provenance)
-print(table.groupby("mode")[["total_ms", "ms_per_token"]].median().to_string(), file=log)
+print(table.groupby(["engine", "mode"])[["total_ms", "ms_per_token"]].median().to_string(), file=log)
+print(f"engines: {engines}\ncontention: {contention}", file=log)

@@ -1,11 +1,15 @@
-"""Experiment 3, one group (draft, k): speculative sampling runs, greedy identity, forward times."""
+"""Experiment 3, one group (draft, k), on every configured engine: speculative sampling runs, greedy
+identity, forward times."""
 
 from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+import pandas as pd
 
 from inferlab.checkpoint import load_checkpoint, model_stamp
+from inferlab.contention import contention_stamp, load_snapshot, rep_spread
 from inferlab.corpus import load_vocabulary
+from inferlab.engine import make_engine
 from inferlab.jobs import start_job
 from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
@@ -22,22 +26,37 @@ target, target_meta = load_checkpoint(Path(smk.input.target_meta).parent, expect
 draft, draft_meta = load_checkpoint(Path(smk.input.draft_meta).parent, expected_vocab_sha256=vocab.sha256())
 prompts = encode_prompts(vocab, p.prompts)
 settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
-
-runs = run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps, progress_file=log)
-greedy = run_greedy_identity(target, draft, prompts, p.new_tokens, p.k)
 context = max(len(x["ids"]) for x in prompts) + p.new_tokens // 2
-forward = run_forward_timing(target, draft, context, p.k, p.forward_reps)
+
+before = load_snapshot()
+tables: dict[str, list[pd.DataFrame]] = {"runs": [], "greedy": [], "forward": []}
+engines = {}
+for name in p.engines:
+    engine = make_engine(name)
+    print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
+    tables["runs"].append(run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps,
+                                    progress_file=log, engine=engine))
+    tables["greedy"].append(run_greedy_identity(target, draft, prompts, p.new_tokens, p.k, engine=engine))
+    tables["forward"].append(run_forward_timing(target, draft, context, p.k, p.forward_reps, engine=engine))
+    engines[name] = engine.stamp()
+runs, greedy, forward = (pd.concat(tables[key], ignore_index=True) for key in ("runs", "greedy", "forward"))
+contention = contention_stamp(before, load_snapshot(), float(
+    forward.groupby(["engine", "role", "tokens_per_forward"])["forward_ms"].agg(rep_spread).max()))
 
 provenance = job_stamps(
     machine_stamp("cpu"), model_stamp(target_meta, p.target),
     {"prompts": len(prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens, "timing_reps": p.timing_reps,
      "forward_reps": p.forward_reps},
-    "target-only sampling, same prompts and seeds (results/speculative/baseline.parquet)",
-    draft=model_stamp(draft_meta, p.draft), settings=vars(settings) | {"k": p.k})
+    "target-only sampling on the same engine, same prompts and seeds (results/speculative/baseline.parquet)",
+    draft=model_stamp(draft_meta, p.draft), settings=vars(settings) | {"k": p.k}, engines=engines,
+    contention=contention)
 for table, path in ((runs, smk.output.runs), (greedy, smk.output.greedy), (forward, smk.output.forward)):
     table.insert(0, "draft", p.draft)
+    table["contended"] = contention["contended"]
     write_table(table, path, provenance=provenance)
-first = runs[runs["rep"] == 0]
-print(f"{p.draft} k={p.k}: alpha {first['accepted'].sum() / first['proposed'].sum():.3f}, "
-      f"{first['generated'].sum() / first['target_forwards'].sum():.3f} tokens per target forward, "
-      f"greedy identical {int(greedy['identical'].sum())}/{len(greedy)}", file=log)
+for engine, rows in runs[runs["rep"] == 0].groupby("engine"):
+    same = greedy[greedy["engine"] == engine]
+    print(f"[{engine}] {p.draft} k={p.k}: alpha {rows['accepted'].sum() / rows['proposed'].sum():.3f}, "
+          f"{rows['generated'].sum() / rows['target_forwards'].sum():.3f} tokens per target forward, "
+          f"greedy identical {int(same['identical'].sum())}/{len(same)}", file=log)
+print(f"engines: {engines}\ncontention: {contention}", file=log)

@@ -8,7 +8,7 @@ from inferlab.corpus import prepare
 from inferlab.evaluation import evaluate_loss, windows
 from inferlab.model import GPTConfig
 from inferlab.noise import floor_value, noise_floor_table
-from inferlab.train import TrainConfig, lr_at, train_model
+from inferlab.train import TrainConfig, choose_precision, cpu_flags, lr_at, train_model
 from tests.conftest import synthetic_corpus
 
 TINY_MODEL = GPTConfig(vocab_size=80, d_model=64, n_layer=2, max_seq_len=64)
@@ -115,3 +115,27 @@ def test_noise_floor_is_three_sigma_and_config_chooses_the_floor():
     assert floor_value(noise_floor_table(runs, 3, "fixed", 0.02)) == 0.02
     with pytest.raises(ValueError):
         noise_floor_table(runs[:1], 3, "measured", 0.02)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ({"avx2", "avx512f", "avx512_bf16"}, "bf16"),          # AMD Zen 4 / Cooper Lake
+    ({"avx2", "avx512f", "amx_tile", "amx_bf16"}, "bf16"),  # Sapphire Rapids
+    ({"avx2", "avx512f", "avx512bw"}, "fp32"),              # AVX-512 without native bf16: emulated
+    (set(), "fp32"),
+])
+def test_auto_precision_follows_native_bf16_flags(flags, expected):
+    precision, reason = choose_precision("auto", flags)
+    assert precision == expected
+    assert reason.startswith("auto:")
+
+
+def test_auto_precision_reads_the_cpu_probe(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n\nprocessor\t: 1\n")
+    assert cpu_flags(str(cpuinfo)) == {"fpu", "avx512f", "avx512_bf16"}
+    monkeypatch.setattr("inferlab.train.cpu_flags", lambda: {"avx512f"})
+    assert choose_precision("auto") == ("fp32", choose_precision("auto", {"avx512f"})[1])
+    assert choose_precision("bf16", {"avx512f"})[0] == "bf16"  # an explicit request is obeyed
+    assert cpu_flags(str(tmp_path / "missing")) is None
+    with pytest.raises(ValueError, match="precision must be"):
+        choose_precision("fp16", set())

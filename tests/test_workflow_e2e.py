@@ -35,6 +35,8 @@ TINY = {
     "training": {"defaults": {"steps": 12, "batch_size": 4, "seq_len": 64, "warmup_steps": 2,
                               "eval_every": 6, "eval_windows": 2, "precision": "fp32"},
                  "overrides": {"c1_dim64": {"seed": 7}}},
+    # compiling costs minutes on a busy 2-core machine; tests/test_engine.py covers the compiled engine
+    "engine": ["eager"],
 }
 
 

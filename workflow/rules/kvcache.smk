@@ -33,6 +33,7 @@ rule kvcache_timing:
         length=lambda w: int(w.length),
         reps=KV["reps"],
         warmup=KV["warmup"],
+        engines=config["engine"],
     log:
         "logs/kvcache_timing/len{length}.log",
     benchmark:
@@ -44,7 +45,9 @@ rule kvcache_timing:
         gpu=KV_GPUS,
         mem_mb=2000,
         # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
-        runtime=lambda w: 2 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6),
+        # per engine; a compiled engine adds a few minutes of compilation on a busy machine
+        runtime=lambda w: len(config["engine"]) * (
+            4 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6)),
     conda:
         CONDA_ENV
     script:
@@ -68,6 +71,7 @@ rule kvcache_steps:
         reps=KV["step_reps"],
         warmup=KV["warmup"],
         profile_steps=KV["profile_steps"],
+        engines=config["engine"],
     log:
         "logs/kvcache_steps.log",
     benchmark:
@@ -76,7 +80,7 @@ rule kvcache_steps:
     resources:
         gpu=KV_GPUS,
         mem_mb=2000,
-        runtime=5,
+        runtime=lambda w: 5 * len(config["engine"]),
     conda:
         CONDA_ENV
     script:

@@ -12,10 +12,11 @@ if max(map(len, SPEC["prompts"])) + SPEC["new_tokens"] + max(SPEC["ks"]) > confi
 
 # The prompts, seeds and sampling settings shared by the groups and the baseline.
 SPEC_DECODE_PARAMS = {key: SPEC[key] for key in ("prompts", "seeds", "new_tokens", "temperature", "top_p",
-                                                   "timing_reps")}
+                                                   "timing_reps")} | {"engines": config["engine"]}
 # Runtime request: about 1 s per 100 decoded tokens on a 2-core CPU, with a wide margin.
-SPEC_MINUTES = max(5, len(SPEC["prompts"]) * (len(SPEC["seeds"]) * SPEC["timing_reps"] + 2)
-                   * SPEC["new_tokens"] // 2000)
+# Per engine, plus a few minutes for a compiled engine's graphs.
+SPEC_MINUTES = len(config["engine"]) * max(5, len(SPEC["prompts"]) * (len(SPEC["seeds"]) * SPEC["timing_reps"] + 2)
+                                           * SPEC["new_tokens"] // 2000 + 3)
 
 
 rule speculative_group:
