@@ -6,8 +6,13 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
+from inferlab.diff import MILESTONE_EXPERIMENTS, changes_since, diff_figure
+from inferlab.metrics import metrics_table
 from inferlab.provenance import format_machine, machine_stamp
-from inferlab.report import exports, runinfo
+from inferlab.report import exports, review, runinfo
+from inferlab.report.bundling import ReviewPaths, bundle_and_record
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import Milestone, check_all
 from inferlab.report.render import build_document, stamp_lines, to_html, to_markdown
@@ -25,6 +30,7 @@ class ReportPaths:
     precomputed_json: str
     workbench: str
     figures: dict[str, str]  # stem -> path of the PNG (next to the Markdown, in figures/)
+    review: ReviewPaths | None = None  # metrics, bundle, ledger; None: none of them (unit tests)
 
 
 def run_information(config: dict, benchmark_dir: str, input_paths: list[str], machine: dict) -> dict:
@@ -33,6 +39,7 @@ def run_information(config: dict, benchmark_dir: str, input_paths: list[str], ma
     outputs = runinfo.classify_outputs([str(p) for p in input_paths], start)
     return {
         "config_sha256": runinfo.config_hash(config),
+        "config": config,  # written into the reviewer bundle
         "git_commit": machine.get("git_commit"),
         "git_dirty": machine.get("git_dirty"),
         "machine": format_machine(machine),
@@ -43,10 +50,37 @@ def run_information(config: dict, benchmark_dir: str, input_paths: list[str], ma
     }
 
 
-def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dict | None = None) -> list[Milestone]:
+def run_metrics(data: ReportInputs, milestones: list[Milestone]) -> pd.DataFrame:
+    """results/metrics.parquet: the headline numbers, milestone statuses and each experiment's stamps."""
+    by_id = {m.id: m for m in milestones}
+    experiments = {exp: by_id[mid].stamps for mid, exps in MILESTONE_EXPERIMENTS.items() if mid in by_id
+                   for exp in exps}
+    stamps = {**milestones[0].stamps, "experiments": experiments}
+    return metrics_table(data.tables, milestones_table(milestones), stamps, data.metas)
+
+
+def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dict | None = None,
+                 code_hashes: dict[str, str] | None = None, workdir: str | None = ".") -> list[Milestone]:
+    """Every report output; with paths.review also metrics.parquet, the bundle and a ledger entry.
+
+    1. the milestone checks; 2. the chain check: stale inputs make their milestones `stale`
+    (only when code_hashes, the current code hash per rule, is given); 3. this run's metrics and
+    the diff against the previous ledger entry / pinned reference; 4. the documents and exports;
+    5. the bundle, then the ledger entry (last: it records the hashes of everything above).
+    """
     machine = machine or machine_stamp("cpu")
     milestones = check_all(data, machine)
-    doc = build_document(data, milestones, run)
+    lineage = review.lineage_of_inputs(data, code_hashes, workdir) if code_hashes is not None else None
+    if lineage is not None:
+        review.mark_stale(milestones, lineage)
+    metrics = run_metrics(data, milestones)
+    changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference))
+               if paths.review else None)
+    blocks = {"opening": review.opening_blocks(milestones, changes), "provenance": review.lineage_blocks(lineage)}
+    doc = build_document(data, milestones, run, blocks)
+    if review.CHANGES_FIGURE in paths.figures:
+        doc.figures[review.CHANGES_FIGURE] = (changes.figure_png if changes and changes.figure_png
+                                              else diff_figure(metrics.iloc[0:0], metrics))
     missing_fig = set(paths.figures) ^ set(doc.figures)
     if missing_fig:
         raise ValueError(f"figure list of the rule and of the package differ: {sorted(missing_fig)}")
@@ -91,4 +125,6 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
             "in this workflow run.</p></body></html>"
         )
     Path(paths.workbench).write_text(page, encoding="utf-8")
+    if paths.review is not None:
+        bundle_and_record(paths, paths.review, metrics, changes, run, machine, code_hashes)
     return milestones

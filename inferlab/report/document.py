@@ -1,7 +1,9 @@
 """The report as a list of blocks, rendered twice: self-contained HTML and diffable Markdown.
 
 Blocks: ("h1"|"h2"|"h3"|"p"|"note", text), ("table", DataFrame, caption), ("figure", stem, caption),
-("stamps", stamps dict), ("milestone", Milestone). The HTML embeds figures as base64 PNG and
+("stamps", stamps dict), ("milestone", Milestone),
+("card", Milestone, headline, stamp line, change line): the first screen's one card per milestone.
+The HTML embeds figures as base64 PNG and
 has no external reference of any kind; the Markdown links figures/<stem>.png next to it.
 """
 
@@ -79,6 +81,7 @@ def stamp_lines(stamps: dict) -> list[str]:
         f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')}), CPU "
         f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch threads, "
         f"torch {machine.get('torch_version')}, {machine.get('os')}, git {str(machine.get('git_commit'))[:12]}{dirty}"
+        + (f", code {stamps['code_sha256']}" if stamps.get("code_sha256") else "")
         + (f" [stamp from {machine.get('source')}]" if machine.get("source") not in (None, "table provenance") else ""),
         f"Repeats: {stamps.get('repeats')}",
         f"Baseline: {stamps.get('baseline')}",
@@ -96,6 +99,8 @@ caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 .stamps{background:#f7f7fb;border-left:4px solid #88a;padding:.4em .8em;font-size:.85em}
 .stamps ul{margin:0;padding-left:1.2em}
 .pass{color:#17692d;font-weight:700}.fail{color:#b00020;font-weight:700}.missing{color:#a66f00;font-weight:700}
+.stale{color:#6a1b9a;font-weight:700}.card{border:1px solid #bbc;border-radius:4px;padding:.3em 1em;margin:.6em 0}
+.card p{margin:.25em 0}
 .milestone{border:1px solid #ddd;padding:.5em 1em;margin:1em 0}.note{color:#555;font-size:.9em}
 .theirs{background:#fff6e0}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:.85em;color:#444}"""
 
@@ -151,6 +156,14 @@ def to_html(doc: Document) -> str:
             )
             items = "".join(f"<li>{html.escape(line)}</li>" for line in stamp_lines(m.stamps))
             parts.append(f'<div class="stamps"><ul>{items}</ul></div></div>')
+        elif kind == "card":
+            m, headline, stamps, change = block[1:]
+            parts.append(
+                f'<div class="card"><p><b>{html.escape(m.id)}</b> <span class="{m.status}">{m.status.upper()}'
+                f"</span> {html.escape(m.title)}</p><p>{html.escape(headline)}</p>"
+                f'<p class="note">{html.escape(stamps)}</p>'
+                f'<p class="note">Since the reference: {html.escape(change)}</p></div>'
+            )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -190,6 +203,10 @@ def to_markdown(doc: Document, figure_dir: str = "figures") -> str:
             m: Milestone = block[1]
             lines += [f"**{m.title}: {m.status.upper()}**", "", m.verdict, ""]
             lines += [f"> {line}  " for line in stamp_lines(m.stamps)] + [""]
+        elif kind == "card":
+            m, headline, stamps, change = block[1:]
+            lines += [f"**{m.id} {m.status.upper()}**: {m.title}", "", headline, "",
+                      f"> {stamps}  ", f"> Since the reference: {change}", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

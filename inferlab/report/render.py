@@ -15,7 +15,10 @@ from inferlab.report.sections_late import section_provenance, section_quant, sec
 __all__ = ["build_document", "make_figures", "stamp_lines", "to_html", "to_markdown"]
 
 
-def build_document(data: ReportInputs, milestones: list[Milestone], run: dict) -> Document:
+def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
+                   review: dict[str, list] | None = None) -> Document:
+    """review: blocks from inferlab.report.review, {"opening": cards and changes, "provenance": lineage};
+    without it the report opens with the plain milestones table."""
     seed = data.seed_reference
     by_id = {m.id: m for m in milestones}
     doc = Document("C13 inference lab: report")
@@ -27,13 +30,18 @@ def build_document(data: ReportInputs, milestones: list[Milestone], run: dict) -
         "'seed page (theirs)' are the lab page's published figures from their model on their machine, "
         "shown for comparison only; they are never pass/fail targets.",
     )
-    doc.add("table", status_table(milestones), "Milestones")
+    if review is None:
+        doc.add("table", status_table(milestones), "Milestones")
+    else:
+        doc.blocks += review["opening"]
     section_setup(doc, data, seed)
     section_kvcache(doc, data, by_id["M1"], seed)
     section_sampling(doc, data, by_id["M2"], seed)
     section_speculative(doc, data, by_id["M3"], seed)
     section_quant(doc, data, by_id["M4"], seed)
     section_provenance(doc, run)
+    if review is not None:
+        doc.blocks += review["provenance"]
     doc.figures = make_figures(data)
     return doc
 

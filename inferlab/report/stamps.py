@@ -21,6 +21,7 @@ MACHINE_KEYS = (
     "os",
     "git_commit",
     "git_dirty",
+    "node",  # the host the numbers were measured on (SLURM runs)
 )
 
 
