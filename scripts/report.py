@@ -6,6 +6,7 @@ from inferlab.jobs import start_job
 from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
 from inferlab.report.build import ReportPaths, run_information, write_report
+from inferlab.report.bundling import ReviewPaths
 from inferlab.report.catalog import FIGURE_CATALOG
 from inferlab.report.inputs import load_inputs
 
@@ -28,6 +29,9 @@ paths = ReportPaths(
     precomputed_json=out.precomputed_json,
     workbench=out.workbench,
     figures=dict(zip(FIGURE_CATALOG, out.figures, strict=True)),
+    review=ReviewPaths(metrics=out.metrics, bundle=out.bundle, history=smk.params.history,
+                       reference=smk.params.reference),
 )
-for m in write_report(data, paths, run, machine):
+code_hashes = {**smk.params.code_hashes, "report": smk.params.code_sha256}  # current code per rule: staleness
+for m in write_report(data, paths, run, machine, code_hashes=code_hashes):
     print(f"{m.id}: {m.status}: {m.verdict}", file=log)

@@ -102,7 +102,8 @@ def sampling_samples(cells: list[dict]) -> pd.DataFrame:
                 wobble = 0.01 * sample
                 rows.append({**cell, "prompt": prompt, "sample": sample, "seq_rep_4": 0.5 - 0.08 * i + wobble,
                              "distinct_1": 0.3, "distinct_2": 0.6 + wobble,
-                             "in_corpus_4gram_share": 0.8 - 0.015 * i - wobble, "text": f"text {i}"})
+                             "in_corpus_4gram_share": 0.8 - 0.015 * i - wobble, "nll_per_token": 3.0 + 0.1 * i,
+                             "zipf_coefficient": 1.0 + wobble, "text": f"text {i}"})
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferlab.diff import MILESTONE_EXPERIMENTS, changes_since, diff_figure
+from inferlab.diff import MILESTONE_EXPERIMENTS, Changes, changes_since, diff_figure
 from inferlab.metrics import metrics_table
 from inferlab.provenance import format_machine, machine_stamp
 from inferlab.report import exports, review, runinfo
@@ -75,7 +75,8 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         review.mark_stale(milestones, lineage)
     metrics = run_metrics(data, milestones)
     changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference))
-               if paths.review else None)
+               if paths.review else Changes(None, None, "## Changes since …\n\nNot compared: this report was "
+                                            "written without a ledger.\n", None))
     blocks = {"opening": review.opening_blocks(milestones, changes), "provenance": review.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
     if review.CHANGES_FIGURE in paths.figures:

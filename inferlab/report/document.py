@@ -162,7 +162,7 @@ def to_html(doc: Document) -> str:
                 f'<div class="card"><p><b>{html.escape(m.id)}</b> <span class="{m.status}">{m.status.upper()}'
                 f"</span> {html.escape(m.title)}</p><p>{html.escape(headline)}</p>"
                 f'<p class="note">{html.escape(stamps)}</p>'
-                f'<p class="note">Since the reference: {html.escape(change)}</p></div>'
+                f'<p class="note">{html.escape(change)}</p></div>'
             )
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -206,7 +206,7 @@ def to_markdown(doc: Document, figure_dir: str = "figures") -> str:
         elif kind == "card":
             m, headline, stamps, change = block[1:]
             lines += [f"**{m.id} {m.status.upper()}**: {m.title}", "", headline, "",
-                      f"> {stamps}  ", f"> Since the reference: {change}", ""]
+                      f"> {stamps}  ", f"> {change}", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

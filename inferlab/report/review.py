@@ -103,8 +103,9 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None) -> list
     """The first screen: one card per milestone, then "Changes since …" with its figure."""
     lines = (milestone_change_lines(changes.table) if changes is not None and changes.table is not None
              else {})
+    since = f"Since {changes.old_label}" if changes is not None and changes.old_label else "Since the reference"
     blocks: list[tuple] = [
-        ("card", m, headline(m), stamp_line(m.stamps), lines.get(m.id, "nothing to compare yet"))
+        ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
         for m in milestones
     ]
     if changes is None:

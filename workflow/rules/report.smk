@@ -42,6 +42,8 @@ rule report:
         inference_json="reports/c13-inference.json",
         precomputed_json="reports/precomputed.json",
         workbench=report("reports/sampling-workbench.html", caption="../report/workbench.rst", category="Report"),
+        metrics="results/metrics.parquet",   # headline numbers with their noise: what inferlab.diff compares
+        bundle="reports/c13-bundle.zip",   # the reviewer bundle; verify with sha256sum -c MANIFEST.sha256
         figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
                  for stem, fig in FIGURE_CATALOG.items()],
     params:
@@ -54,6 +56,9 @@ rule report:
         config=config,   # hashed into the report's provenance section
         code_hashes=all_code_hashes(),   # current code_sha256 per rule: the staleness check of inputs
         benchmark_dir="results/benchmarks",
+        # the ledger is appended to, never declared: Snakemake deletes outputs before a rerun
+        history="results/history",
+        reference="reports/reference/metrics.parquet",   # pinned in git: python -m inferlab.diff --pin
     log:
         "logs/report.log",
     benchmark:

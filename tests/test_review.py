@@ -1,0 +1,135 @@
+"""The review layer wired into the report: metrics.parquet, the ledger, "Changes since …", the bundle,
+and the chain check that turns a milestone with a stale input into `stale`.
+
+Every table comes from the real producers (tests/test_report.py's fixtures).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from inferlab import ledger, quant_bench
+from inferlab.diff import CHANGED, FLIPPED, diff_metrics, load
+from inferlab.noise import within_noise
+from inferlab.report.build import write_report
+from inferlab.report.bundling import ReviewPaths
+from inferlab.report.milestones import FAIL, PASS
+from inferlab.report.review import STALE_STATUS
+from tests.test_report import MACHINE, QUANT_SCHEMES, _paths, full_data, quant_rows, quant_tables, spec_tables
+
+RUN = {"config_sha256": "c" * 64, "git_commit": "abc123", "git_dirty": False, "config": {"quick": True}}
+
+
+def _review_paths(tmp: Path):
+    paths = _paths(tmp)
+    paths.review = ReviewPaths(metrics=str(tmp / "results/metrics.parquet"),
+                               bundle=str(tmp / "reports/c13-bundle.zip"),
+                               history=str(tmp / "results/history"),
+                               reference=str(tmp / "reports/reference/metrics.parquet"))
+    return paths
+
+
+def _two_runs(tmp: Path, first, second) -> tuple[pd.DataFrame, Path]:
+    """Two report runs into the same directory; the diff of their ledger entries and the paths."""
+    paths = _review_paths(tmp)
+    write_report(first, paths, RUN, MACHINE)
+    write_report(second, paths, RUN, MACHINE)
+    entries = ledger.list_runs(paths.review.history)
+    assert len(entries) == 2
+    return diff_metrics(load(entries[0]), load(entries[1])), paths
+
+
+def test_two_identical_runs_change_no_metric_and_the_report_says_so(tmp_path):
+    diff, paths = _two_runs(tmp_path, full_data(), full_data())
+    assert len(diff) > 20 and set(diff["verdict"]) == {"unchanged"}
+    metrics = pd.read_parquet(paths.review.metrics)
+    assert set(metrics["experiment"]) >= {"kvcache", "sampling", "speculative", "quant", "models", "milestones"}
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    assert "## Changes since run " in markdown and "No metric changed beyond its noise." in markdown
+    assert markdown.index("**M1 PASS**") < markdown.index("## Changes since") < markdown.index("## Setup")
+    assert markdown.count("> Since run ") == 4 and "no change beyond noise" in markdown
+
+
+def _quant_with(scheme: str, extra_loss: float, floor: float = 1.0) -> dict[str, pd.DataFrame]:
+    """quant_tables, with one scheme's measured loss increase raised by extra_loss."""
+    tables = quant_tables(floor)
+    scored = []
+    for row in quant_rows():
+        delta = row["delta_loss"] + (extra_loss if row["scheme"] == scheme else 0.0)
+        scored.append(pd.DataFrame([{**row, "delta_loss": delta, "noise_floor": floor,
+                                     "within_noise": within_noise(delta, floor)}]))
+    summary = quant_bench.summary_table(scored, QUANT_SCHEMES)
+    return {**tables, "quant_summary": summary, "quant_choice": quant_bench.choose_scheme(summary)}
+
+
+def test_a_changed_quant_scheme_changes_only_its_rows_and_what_derives_from_them(tmp_path):
+    scheme = QUANT_SCHEMES[1]
+    diff, paths = _two_runs(tmp_path, full_data(), full_data(**_quant_with(scheme, 3.0)))
+    moved = diff[diff["verdict"].isin([CHANGED, FLIPPED])]
+    assert ("quant", "delta_loss", scheme) in set(zip(moved.experiment, moved.metric, moved.key, strict=True))
+    derived = (moved["key"] == scheme) | (moved["metric"] == "chosen_scheme") | (
+        (moved["experiment"] == "milestones") & (moved["key"] == "M4"))
+    assert derived.all(), moved[~derived].to_string()
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    cards = markdown.split("## Changes since", 1)[0]
+    m4_card, other_cards = cards.split("**M4 ", 1)[1], cards.split("**M4 ", 1)[0]
+    assert f"delta_loss {scheme}" in m4_card and "delta_loss" not in other_cards
+
+
+def test_a_pass_to_fail_flip_heads_the_diff_and_the_report(tmp_path):
+    diff, paths = _two_runs(tmp_path, full_data(), full_data(**spec_tables(all_identical=False)))
+    first = diff.iloc[0]
+    assert (first["verdict"], first["key"], first["old_text"], first["new_text"]) == (FLIPPED, "M3", PASS, FAIL)
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    changes = markdown.split("## Changes since", 1)[1]
+    first_row = next(line for line in changes.splitlines() if line.startswith(("| flipped", "| changed")))
+    assert first_row.startswith("| flipped") and "M3" in first_row
+    assert "flipped pass → fail" in markdown.split("## Changes since", 1)[0]
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
+def test_the_bundle_holds_the_review_files_and_its_manifest_verifies(tmp_path):
+    paths = _review_paths(tmp_path)
+    write_report(full_data(), paths, RUN, MACHINE)
+    unpacked = tmp_path / "unpacked"
+    with zipfile.ZipFile(paths.review.bundle) as archive:
+        names = set(archive.namelist())
+        archive.extractall(unpacked)
+    assert {"c13-report.html", "c13-report.md", "c13-inference.json", "precomputed.json", "sampling-workbench.html",
+            "metrics.parquet", "config.json", "config.yaml", "changes.md", "MANIFEST.sha256",
+            "figures/changes_overlay.png"} <= names
+    check = subprocess.run(["sha256sum", "-c", "MANIFEST.sha256"], cwd=unpacked, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    (unpacked / "metrics.parquet").write_bytes(b"tampered")
+    assert subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=unpacked,
+                          capture_output=True).returncode != 0
+    manifest = ledger.read_manifest(ledger.list_runs(paths.review.history)[0])
+    assert manifest["report_files"][paths.review.bundle] == ledger.sha256_file(paths.review.bundle)
+
+
+def _with_lineage(data, key: str, rule: str, code: str):
+    data.provenance[key] = {**data.provenance[key],
+                            "lineage": {"rule": rule, "code_sha256": code, "config_sha256": "x", "inputs_sha256": {}}}
+    return data
+
+
+def test_a_stale_input_turns_its_milestone_stale_and_the_stamps_name_the_code(tmp_path):
+    paths = _review_paths(tmp_path)
+    data = _with_lineage(_with_lineage(full_data(), "quant_summary", "quant_summary", "old" * 10),
+                         "kv_summary", "kvcache_summary", "k" * 64)
+    hashes = {"quant_summary": "new" * 10, "kvcache_summary": "k" * 64}
+    milestones = write_report(data, paths, RUN, MACHINE, code_hashes=hashes, workdir=str(tmp_path))
+    assert {m.id: m.status for m in milestones} == {"M1": PASS, "M2": PASS, "M3": PASS, "M4": STALE_STATUS}
+    table = pd.read_parquet(paths.milestones).set_index("milestone")
+    assert table.loc["M4", "status"] == STALE_STATUS and "quant_summary" in table.loc["M4", "problems"]
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    assert "**M4 STALE**" in markdown and "code kvcache_summary kkkkkkkkkkkk" in markdown
+    assert "Code lineage of the inputs" in markdown
+    metrics = pd.read_parquet(paths.review.metrics).set_index(["experiment", "metric", "key"])
+    assert metrics.loc[("milestones", "status", "M4"), "text_value"] == STALE_STATUS
