@@ -96,6 +96,13 @@ def test_quick_dag_produces_checkpoints_tables_and_report(completed_run):
     assert sorted(milestones["milestone"]) == ["M1", "M2", "M3", "M4"]
     assert set(milestones["status"]) <= {"pass", "fail", "missing"}
     assert "missing" not in set(milestones["status"])
+    # the review layer: metrics table, one ledger entry recording the report files, the bundle
+    metrics = pd.read_parquet(completed_run / "results/metrics.parquet")
+    assert {"kvcache", "quant", "milestones"} <= set(metrics["experiment"])
+    entries = [d for d in (completed_run / "results/history").iterdir() if not d.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "manifest.json").is_file()
+    assert "reports/c13-bundle.zip" in read_json(entries[0] / "manifest.json")["report_files"]
+    assert (completed_run / "reports/figures/changes_overlay.png").stat().st_size > 0
 
 
 @pytest.mark.slow
@@ -240,3 +247,27 @@ def test_every_output_records_a_current_lineage_and_a_code_edit_makes_it_stale(c
     table = lineage_table(provenance, _current_code_hashes(completed_run), workdir=completed_run).set_index("path")
     assert table.loc["results/quant/summary.parquet", "status"] == STALE
     assert table.loc["results/kvcache/summary.parquet", "status"] == CURRENT
+
+
+@pytest.mark.slow
+def test_outputs_touched_after_a_code_edit_make_their_milestone_stale(completed_run, tmp_path):
+    """Issue 11: a quant.py edit, `--touch`, then the report: M4 is stale, the others are not.
+
+    Runs in a copy of the completed run, so the shared run stays current for the other tests.
+    """
+    workdir = tmp_path / "copy"
+    shutil.copytree(completed_run, workdir, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    quant = workdir / "inferlab/quant.py"
+    quant.write_text(_add_constant(quant.read_text(encoding="utf-8")), encoding="utf-8")
+    touched = _snakemake(workdir, "--touch")
+    assert touched.returncode == 0, touched.stdout[-3000:] + touched.stderr[-3000:]
+    assert _dry_run_jobs(workdir) == {}  # --touch hid the edit from Snakemake ...
+    report = _snakemake(workdir, "--forcerun", "report", "--rerun-triggers", "mtime")
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    # ... but not from the report's chain check
+    status = pd.read_parquet(workdir / "results/milestones.parquet").set_index("milestone")["status"]
+    assert status["M4"] == "stale" and "stale" not in set(status.drop("M4"))
+    markdown = (workdir / "reports/c13-report.md").read_text(encoding="utf-8")
+    assert "**M4 STALE**" in markdown and "code of rule quant_summary changed" in markdown
+    entries = [d for d in (workdir / "results/history").iterdir() if not d.name.startswith(".")]
+    assert len(entries) == 2  # the ledger kept the first run's entry
