@@ -21,6 +21,8 @@ REQUIRED = [
     "results/speculative/summary.parquet",
     "results/quant/summary.parquet",
     "results/milestones.parquet",
+    "results/metrics.parquet",
+    "reports/c13-bundle.zip",
     "reports/c13-report.html",
     "reports/c13-report.md",
     "reports/c13-inference.json",
