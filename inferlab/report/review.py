@@ -12,6 +12,7 @@ build.py calls these after the milestone checks and before rendering:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import pandas as pd
@@ -68,8 +69,11 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
 
 def headline(m: Milestone) -> str:
     """The milestone's one-sentence headline; the verdict's first sentence until the check writes one."""
-    text = getattr(m, "headline", "") or m.verdict.split(". ")[0].rstrip(".") + "."
-    return text
+    own = getattr(m, "headline", "")
+    if own:
+        return own
+    first = re.split(r"(?<=[.;])\s", m.verdict.strip(), maxsplit=1)[0]  # up to the first ". " or "; "
+    return first.rstrip(".;") + "."
 
 
 def stamp_line(stamps: dict) -> str:
