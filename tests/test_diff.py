@@ -42,7 +42,8 @@ def repetition_samples() -> pd.DataFrame:
                          "sample": sample // 2, "seq_rep_4": float(rng.uniform(0.1, 0.5)),
                          "distinct_1": float(rng.uniform(0.4, 0.6)), "distinct_2": float(rng.uniform(0.6, 0.8)),
                          "in_corpus_4gram_share": float(rng.uniform(0.5, 0.6)),
-                         "nll_per_token": float(rng.uniform(3.0, 4.0)), "zipf_coefficient": float(rng.uniform(0.3, 0.5)),
+                         "nll_per_token": float(rng.uniform(3.0, 4.0)),
+                         "zipf_coefficient": float(rng.uniform(0.3, 0.5)),
                          "text": "x"})
     return pd.DataFrame(rows)
 
