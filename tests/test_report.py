@@ -35,6 +35,7 @@ MACHINE = {
     "torch_threads": 1,
     "device": "cpu",
     "device_name": "Test CPU",
+    "node": "test-node",
     "torch_version": "2.x",
     "os": "Linux",
     "git_commit": "abc123",
@@ -422,6 +423,18 @@ def test_m4_pass_fail_missing():
     assert check_m4(data, MACHINE).status == MISSING
 
 
+def test_m4_states_an_unreliable_noise_floor():
+    tables = quant_tables()
+    nf = tables["noise_floor"]
+    assert not bool(nf["floor_reliable"].iloc[0])  # two runs: the producer flags the floor
+    m = check_m4(full_data(), MACHINE)
+    assert m.status == PASS and "noise floor is unreliable" in m.verdict
+    assert nf["floor_reliability_note"].iloc[0] in m.verdict and "unreliable" in m.headline
+    m = check_m4(full_data(noise_floor=nf.assign(floor_reliable=True, floor_reliability_note="")), MACHINE)
+    assert "unreliable" not in m.verdict and "unreliable" not in m.headline
+    assert f"{m.evidence['delta_loss']:+.4f}" in m.headline and "+0.0083" in m.headline  # ours beside theirs
+
+
 def test_a_column_the_report_needs_fails_with_table_and_column():
     data = full_data(quant_choice=quant_tables()["quant_choice"].drop(columns="measured"))
     data.paths["quant_choice"], data.producers["quant_choice"] = "results/quant/choice.parquet", "quant_summary"
@@ -507,6 +520,7 @@ def test_render_on_hand_made_tables(tmp_path):
         "machine_cpu_model",
         "machine_cpu_cores",
         "machine_device",
+        "machine_node",
         "machine_torch_version",
         "machine_os",
         "machine_git_commit",
@@ -516,12 +530,19 @@ def test_render_on_hand_made_tables(tmp_path):
     ):
         assert table[col].notna().all(), col
     assert json.loads(table.loc[0, "evidence_json"])["length"] == 256
+    assert list(table.columns).index("machine_node") == list(table.columns).index("machine_device_name") + 1
+    assert (table["machine_node"] == "test-node").all()
+    assert [m.headline for m in milestones] and all(m.headline.endswith(".") for m in milestones)
 
     page = Path(paths.html).read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == len(paths.figures)
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
     assert "seed page (theirs)" in page and "1,057,920" in page and "difference of 8,192" in page
     assert "abc123" in page and "train/ref_baseline" in page
+    # engine blocks, the human reference and the distance table reach the page
+    assert "<th>engine</th>" in page and "compiled" in page and "chosen_for_engine" in page
+    assert "reference: validation text (human)" in page and "validation text (human, not model output)" in page
+    assert "Distance of each cell to held-out human text" in page and "floor_reliable" in page
 
     md = Path(paths.markdown).read_text(encoding="utf-8")
     for stem, fig in paths.figures.items():
