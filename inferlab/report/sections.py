@@ -12,9 +12,9 @@ from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import Milestone, kv_ratio_by_length
 from inferlab.report.verdicts import contended
 
-ENGINE_COLUMNS = ["engine", "engine_used"]
+ENGINE_COLUMNS = ["engine", "engine_used"]  # shown first in every table with one block per engine
 HUMAN_CELL = "human"  # repetition.HUMAN
-ROW_KINDS = {"greedy": "greedy (baseline)", HUMAN_CELL: "reference: validation text (human)"}  # shown first in every table with one block per engine
+ROW_KINDS = {"greedy": "greedy (baseline)", HUMAN_CELL: "reference: validation text (human)"}
 
 
 def status_table(milestones: list[Milestone]) -> pd.DataFrame:
@@ -210,7 +210,8 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
             "table",
             select_columns(
                 prof.groupby("engine", sort=False).head(10) if "engine" in prof.columns else prof.head(10),
-                [*ENGINE_COLUMNS, "rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms", "op_ms", "op_share"],
+                [*ENGINE_COLUMNS, "rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms",
+                 "op_ms", "op_share"],
             ),
             "torch.profiler on cached decode steps per engine: top operators and operator time vs wall time",
         )
