@@ -176,8 +176,8 @@ def _human_match_text(row: pd.Series) -> str:
     greedy = _with_ci(row, "greedy_distance")
     if greedy:
         farther = _num(row["greedy_distance"]) > _num(row["distance"])
-        text += (f"; greedy at {greedy}, " + ("farther from human text, and" if farther else "")
-                 + " never eligible (a sampling default must sample)")
+        text += (f"; greedy at {greedy}, " + ("farther from human text and " if farther else "")
+                 + "never eligible (a sampling default must sample)")
     return text
 
 

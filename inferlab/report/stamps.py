@@ -143,6 +143,7 @@ def milestones_table(milestones: list) -> pd.DataFrame:
                 "milestone": m.id,
                 "title": m.title,
                 "status": m.status,
+                "headline": m.headline,
                 "verdict": m.verdict,
                 "evidence_json": json.dumps(m.evidence, ensure_ascii=False, sort_keys=True, default=str),
                 "problems": "; ".join(m.problems),
