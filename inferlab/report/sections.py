@@ -18,7 +18,8 @@ ROW_KINDS = {"greedy": "greedy (baseline)", HUMAN_CELL: "reference: validation t
 
 
 def status_table(milestones: list[Milestone]) -> pd.DataFrame:
-    return pd.DataFrame([{"milestone": m.id, "status": m.status.upper(), "verdict": m.verdict} for m in milestones])
+    return pd.DataFrame([{"milestone": m.id, "status": m.status.upper(), "headline": m.headline, "verdict": m.verdict}
+                         for m in milestones])
 
 
 def select_columns(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
