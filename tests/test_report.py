@@ -325,6 +325,11 @@ def test_timings_from_different_nodes_are_not_comparable():
     assert "not comparable (different nodes)" in m.verdict.lower() and "node-a, node-b" in m.verdict
     assert m.stamps["machine"]["node"] == "node-a" and "node-a" in " ".join(stamp_lines(m.stamps))
     assert "different nodes" not in check_m1(full_data(), MACHINE).verdict
+    # speculative groups against a target-only baseline timed on another node
+    data = full_data()
+    data.provenance["spec_summary"] = {**PROV, "machine": node_a, "baseline_machine": node_b}
+    m = check_m3(data, MACHINE)
+    assert "Not comparable (different nodes)" in m.verdict and m.stamps["nodes"] == ["node-a", "node-b"]
 
 
 def test_m1_fails_when_an_output_differs_and_is_missing_without_fit():
@@ -598,6 +603,17 @@ def test_benchmarks_and_rebuilt_vs_reused(tmp_path):
     status = classify_outputs([str(old), str(new), str(tmp_path / "gone")], start=2000.0).set_index("path")["status"]
     assert status[str(old)] == "reused" and status[str(new)] == "rebuilt" and status[str(tmp_path / "gone")] == "absent"
     assert config_hash({"a": 1, "b": 2}) == config_hash({"b": 2, "a": 1}) != config_hash({"a": 2, "b": 2})
+
+
+def test_the_human_row_is_a_reference_not_greedy_nor_a_sampled_cell():
+    from inferlab.report.figures import repetition_rows, repetition_wide, sampling_repetition
+
+    rep = sampling_tables()["sp_repetition"]
+    assert rep.loc[rep["cell"] == "human", "temperature"].isna().all()  # what fooled temperature.fillna(0) == 0
+    greedy, human, sampled = repetition_rows(repetition_wide(rep))
+    assert list(greedy["cell"]) == ["greedy"] and list(human["cell"]) == ["human"]
+    assert set(sampled["cell"]) == {c["cell"] for c in CELLS}
+    assert sampling_repetition(rep, {})[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_seed_reference_numbers_sit_only_on_their_own_cell(tmp_path):

@@ -16,6 +16,8 @@ import pandas as pd  # noqa: E402
 
 from inferlab.noise import within_noise  # noqa: E402
 from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
+from inferlab.repetition import GREEDY as GREEDY_CELL  # noqa: E402
+from inferlab.repetition import HUMAN as HUMAN_CELL  # noqa: E402
 
 FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
 
@@ -139,15 +141,20 @@ def repetition_wide(rep: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(greedy, human reference, sampled cells) of the wide repetition table.
+
+    By cell name, not by temperature: the human row has no temperature (NaN) and is not greedy."""
+    special = w["cell"].isin([GREEDY_CELL, HUMAN_CELL])
+    return w[w["cell"] == GREEDY_CELL], w[w["cell"] == HUMAN_CELL], w[~special]
+
+
 def sampling_repetition(rep: pd.DataFrame | None, seed: dict) -> bytes:
     if rep is None or rep.empty:
         return placeholder(FIGURES["sampling_repetition"], "results/sampling/repetition.parquet")
     w = repetition_wide(rep)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    # by cell name, not by temperature: the human row has no temperature (NaN) and is not greedy
-    greedy = w[w["cell"] == "greedy"]
-    human = w[w["cell"] == "human"]
-    sampled = w[~w["cell"].isin(["greedy", "human"])]
+    greedy, human, sampled = repetition_rows(w)
     for ax, metric, label in (
         (axes[0], "seq_rep_4", "seq-rep-4"),
         (axes[1], "in_corpus_4gram_share", "in-corpus 4-gram share"),
