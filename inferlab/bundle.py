@@ -6,7 +6,7 @@ import os
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from inferlab.ledger import sha256_file
+from inferlab.lineage import file_sha256
 
 MANIFEST_NAME = "MANIFEST.sha256"
 # A fixed timestamp, so the same files give the same zip.
@@ -22,7 +22,7 @@ def _check_arcname(arcname: str) -> None:
 
 def manifest_text(files: dict[str, str | Path]) -> str:
     """`sha256sum` format: '<hex>  <path>' per line, paths relative to the unzipped root."""
-    return "".join(f"{sha256_file(path)}  {arcname}\n" for arcname, path in sorted(files.items()))
+    return "".join(f"{file_sha256(path)}  {arcname}\n" for arcname, path in sorted(files.items()))
 
 
 def build_bundle(zip_path: str | Path, files: dict[str, str | Path]) -> Path:

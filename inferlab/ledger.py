@@ -17,19 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferlab.lineage import file_sha256
 from inferlab.tables import write_table
 
 METRICS_FILE = "metrics.parquet"
 MANIFEST_FILE = "manifest.json"
 _TEMP_PREFIX = ".tmp-"
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def table_hash(df: pd.DataFrame) -> str:
@@ -82,7 +75,7 @@ def append_run(history_dir: str | Path, metrics_df: pd.DataFrame, manifest: dict
     run_id = manifest.get("run_id") or new_run_id(now, full.get("git_commit"))
     full.update({"run_id": run_id, "time": now.isoformat(timespec="seconds"),
                  "metrics_hash": table_hash(metrics_df),
-                 "report_files": {str(p): sha256_file(p) for p in report_files}})
+                 "report_files": {str(p): file_sha256(p) for p in report_files}})
     final = history_dir / run_id
     if final.exists():
         raise FileExistsError(f"ledger entry {final} already exists; the ledger never rewrites an entry")

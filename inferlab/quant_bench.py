@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from inferlab import quant, quant_kernels
+from inferlab.engine import Engine, make_engine
 from inferlab.evaluation import evaluate_against_reference
 from inferlab.generate import generate
 from inferlab.gptq import calibration_windows
@@ -42,11 +43,13 @@ def speed_status(scheme: quant.Scheme, device: str) -> tuple[str, bool]:
 def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, train_ids: torch.Tensor,
                seq_len: int, floor: float, prompt: torch.Tensor, new_tokens: int, reps: int,
                gptq: dict | None = None, device: str = "cpu", batch_size: int = 16,
-               progress_file: TextIO | None = None) -> dict:
+               progress_file: TextIO | None = None, engines: tuple[str, ...] = ("eager",)) -> dict:
     """One row: quality against fp32, storage, verdict against the noise floor, and speed if measurable.
 
     gptq: config's quantization.gptq {calibration_windows, damp, block_size, seed}; required by
     methods that calibrate, which take no defaults of their own.
+    engines: the decode engines the speed is timed on; eager's columns have no suffix, every other
+    engine's columns end in _<engine> (fp32 and kernel model always on the same engine).
     """
     scheme = quant.get_scheme(scheme_name)
     layers = quant.quantized_linears(reference)
@@ -69,13 +72,16 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     quality = evaluate_against_reference(reference, quantised, val_ids, seq_len, batch_size,
                                                progress_file=progress_file)
     status, measurable = speed_status(scheme, device)
-    speed = {"fp32_ms_per_token": math.nan, "ms_per_token": math.nan, "speedup_vs_fp32": math.nan,
-             "greedy_agreement_vs_fp32": math.nan, "kernel_max_rel_err": math.nan}
+    speed = {f"{column}{engine_suffix(name)}": math.nan for name in engines for column in SPEED_COLUMNS}
+    speed |= {f"engine_used{engine_suffix(name)}": "" for name in engines}
+    speed["kernel_max_rel_err"] = math.nan
     if measurable:
         fast = quant_kernels.kernel_model(quantised, result, scheme_name)
-        measured = measure_decode_speed(reference, fast, prompt, new_tokens, reps)
-        speed = {k: measured[k] for k in ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32",
-                                          "greedy_agreement_vs_fp32")}
+        for name in engines:
+            engine = make_engine(name)
+            measured = measure_decode_speed(reference, fast, prompt, new_tokens, reps, engine)
+            speed |= {f"{column}{engine_suffix(name)}": measured[column] for column in SPEED_COLUMNS}
+            speed[f"engine_used{engine_suffix(name)}"] = engine.engine_used
         speed["kernel_max_rel_err"] = quant_kernels.kernel_max_rel_error(quantised, fast)
     delta = quality["delta_loss"]
     return {
@@ -99,22 +105,32 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     }
 
 
-def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> tuple[float, torch.Tensor]:
+SPEED_COLUMNS = ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32", "greedy_agreement_vs_fp32")
+
+
+def engine_suffix(engine_name: str) -> str:
+    """Column suffix of an engine's speed figures: none for the eager baseline engine."""
+    return "" if engine_name == "eager" else f"_{engine_name}"
+
+
+def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int,
+                engine: Engine | None = None) -> tuple[float, torch.Tensor]:
     """Wall ms per generated token of one cached greedy generate() call, and its tokens."""
-    out, elapsed_ms = timed_ms(lambda: generate(model, prompt, new_tokens, use_cache=True))
+    out, elapsed_ms = timed_ms(lambda: generate(model, prompt, new_tokens, use_cache=True, engine=engine))
     return elapsed_ms / new_tokens, out.tokens
 
 
 def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Tensor,
-                         new_tokens: int, reps: int) -> dict:
-    """Median ms/token of fp32 and kernel decode, interleaved rep by rep so drift hits both alike."""
-    for model in (reference, fast):  # warm-up: first-call allocation and kernel dispatch
-        time_decode(model, prompt, new_tokens)
+                         new_tokens: int, reps: int, engine: Engine | None = None) -> dict:
+    """Median ms/token of fp32 and kernel decode on one engine, interleaved rep by rep so drift
+    hits both alike. The warm-up call also compiles each model's graph on a compiled engine."""
+    for model in (reference, fast):  # warm-up: first-call allocation, kernel dispatch, compilation
+        time_decode(model, prompt, new_tokens, engine)
     ref_ms, fast_ms = [], []
     for _ in range(reps):
-        ms, ref_tokens = time_decode(reference, prompt, new_tokens)
+        ms, ref_tokens = time_decode(reference, prompt, new_tokens, engine)
         ref_ms.append(ms)
-        ms, fast_tokens = time_decode(fast, prompt, new_tokens)
+        ms, fast_tokens = time_decode(fast, prompt, new_tokens, engine)
         fast_ms.append(ms)
     fp32_median, fast_median = statistics.median(ref_ms), statistics.median(fast_ms)
     new_ref, new_fast = ref_tokens[:, prompt.size(1):], fast_tokens[:, prompt.size(1):]
@@ -143,8 +159,16 @@ def _speed_sentence(summary: pd.DataFrame) -> str:
     timed = summary[summary["speed_status"].str.startswith("measured")]
     if timed.empty:
         return f"speed: {QUALITY_ONLY} (no scheme had a low-bit kernel available)"
-    parts = [f"{r.scheme} {r.ms_per_token:.2f} vs fp32 {r.fp32_ms_per_token:.2f} ms/token "
-             f"({r.speedup_vs_fp32:.2f}x)" for r in timed.itertuples()]
+    engines = [c.removeprefix("ms_per_token") for c in summary.columns if c.startswith("ms_per_token_")
+               and not c.endswith("_reps")]
+
+    def on_engine(row: dict, suffix: str) -> str:
+        label = f" on {suffix[1:]}" if suffix else ""
+        return (f"{row['ms_per_token' + suffix]:.2f} vs fp32 {row['fp32_ms_per_token' + suffix]:.2f} ms/token"
+                f"{label} ({row['speedup_vs_fp32' + suffix]:.2f}x)")
+
+    parts = [f"{row['scheme']} " + ", ".join(on_engine(row, suffix) for suffix in ["", *engines])
+             for row in timed.to_dict("records")]
     return (f"decode speed measured for {len(timed)} of {len(summary)} schemes with a low-bit kernel "
             f"({'; '.join(parts)}); the other {len(summary) - len(timed)} are {QUALITY_ONLY}")
 

@@ -26,7 +26,7 @@ speed = smk.params.speed
 prompt = torch.tensor([vocab.encode(speed["prompt"])], dtype=torch.long)
 row = run_scheme(model, smk.params.scheme, load_token_ids(smk.input.val), load_token_ids(smk.input.train),
                  smk.params.seq_len, floor_value(floor_table), prompt, speed["new_tokens"], speed["reps"],
-                 gptq=smk.params.gptq, device="cpu", progress_file=log)
+                 gptq=smk.params.gptq, device="cpu", progress_file=log, engines=tuple(smk.params.engines))
 provenance = job_stamps(machine_stamp("cpu"), model_stamp(meta, smk.params.model_name),
                         {"quality": "one deterministic pass over the full validation split",
                          "speed_reps": row["speed_reps"]}, BASELINE, **{

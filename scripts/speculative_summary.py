@@ -34,7 +34,8 @@ measured = {key: group_prov[key] for key in ("machine", "model", "repeats", "bas
 provenance = carried_stamps(measured, model=model_stamp(metas[p.target], p.target),
                             drafts={name: model_stamp(metas[name], name) for name in p.drafts},
                             settings={k: v for k, v in group_prov.get("settings", {}).items() if k != "k"},
-                            engines=group_prov.get("engines", {}), contended=contended)
+                            engines=group_prov.get("engines", {}), contended=contended,
+                            baseline_machine=read_provenance(smk.input.baseline)["machine"])
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(best, smk.output.best, provenance=provenance)
 write_table(greedy[["draft", "k", *(c for c in ("engine", "engine_used") if c in greedy.columns),

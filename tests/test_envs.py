@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _requirements() -> list[str]:
     lines = (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    pins = (line.split("#", 1)[0].strip() for line in lines)
+    return [pin for pin in pins if pin]
 
 
 def test_conda_env_is_self_contained_with_the_requirements_pins():

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from inferlab import bundle, ledger
+from inferlab.lineage import file_sha256
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -34,7 +35,7 @@ def test_entries_hold_metrics_and_a_manifest_with_file_hashes(tmp_path):
     assert manifest["run_id"] == entry.name and manifest["time"].startswith("2026-01-01T12:00")
     assert manifest["config_hash"] == "abc" and manifest["machine"] == {"cpu": "x"}
     assert {"git_commit", "git_dirty", "metrics_hash"} <= set(manifest)
-    assert manifest["report_files"] == {str(f): ledger.sha256_file(f) for f in files}
+    assert manifest["report_files"] == {str(f): file_sha256(f) for f in files}
     pd.testing.assert_frame_equal(pd.read_parquet(entry / ledger.METRICS_FILE), metrics(0.1))
 
 

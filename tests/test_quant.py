@@ -273,6 +273,23 @@ def test_decode_speed_measurement_reports_medians_and_agreement():
     print(f"\ntiny int8 decode: {out['ms_per_token']:.2f} ms/token vs fp32 {out['fp32_ms_per_token']:.2f}")
 
 
+def test_int8_kernel_model_decodes_on_the_compiled_engine_like_on_eager():
+    """The low-bit kernels compose with torch.compile: same greedy tokens on both engines."""
+    from inferlab.engine import make_engine
+    from inferlab.generate import generate
+
+    model = tiny_random_model()
+    quantised, result = quant.quantize_model(model, "int8_per_channel_sym")
+    fast = quant_kernels.kernel_model(quantised, result, "int8_per_channel_sym")
+    prompt = torch.tensor([[1, 2, 3]])
+    compiled = make_engine("compiled")
+    assert compiled.engine_used == "compiled", compiled.engine_fallback_reason
+    eager_tokens = generate(fast, prompt, 6).tokens
+    assert torch.equal(generate(fast, prompt, 6, engine=compiled).tokens, eager_tokens)
+    out = quant_bench.measure_decode_speed(model, fast, prompt, new_tokens=4, reps=1, engine=compiled)
+    assert out["ms_per_token"] > 0 and out["fp32_ms_per_token"] > 0
+
+
 # ------------------------------------------------------------------------------ jobs and the choice
 
 def test_run_scheme_row_has_verdict_storage_and_speed_columns(trained):
@@ -290,10 +307,12 @@ def test_run_scheme_row_has_verdict_storage_and_speed_columns(trained):
         assert rtn["speed_status"].startswith("measured") and rtn["ms_per_token"] > 0
         assert rtn["kernel_max_rel_err"] < 2e-2
     gptq_row = quant_bench.run_scheme(model, "int3_gptq", val, train, 32, floor=0.02, prompt=prompt, new_tokens=4,
-                                      reps=1, gptq={**GPTQ_CONFIG, "calibration_windows": 4})
+                                      reps=1, gptq={**GPTQ_CONFIG, "calibration_windows": 4},
+                                      engines=("eager", "compiled"))
     assert gptq_row["calibration_windows"] == 4
     assert gptq_row["speed_status"].startswith("quality only") and gptq_row["speed_reps"] == 0
     assert gptq_row["ms_per_token"] != gptq_row["ms_per_token"]  # NaN: nothing was timed
+    assert gptq_row["ms_per_token_compiled"] != gptq_row["ms_per_token_compiled"]  # on no engine
 
 
 def _row(scheme, delta, floor=0.02):

@@ -12,12 +12,15 @@ import pytest
 import torch
 
 from inferlab import kvbench, quant_bench, repetition, speculative_bench
+from inferlab.engine import by_engine
+from inferlab.human_match import cell_distances, choose_human_match
 from inferlab.model import GPT, GPTConfig
 from inferlab.noise import floor_value, noise_floor_table, within_noise
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
 from inferlab.report.milestones import FAIL, MISSING, PASS, check_m1, check_m2, check_m3, check_m4
 from inferlab.report.runinfo import benchmark_table, classify_outputs, config_hash
+from inferlab.report.stamps import stamp_lines
 from inferlab.roofline import anchor_roofline, our_roofline
 from inferlab.sampling import distribution_rows
 from inferlab.sampling_grid import GREEDY_CELL
@@ -32,6 +35,7 @@ MACHINE = {
     "torch_threads": 1,
     "device": "cpu",
     "device_name": "Test CPU",
+    "node": "test-node",
     "torch_version": "2.x",
     "os": "Linux",
     "git_commit": "abc123",
@@ -68,84 +72,134 @@ TINY = GPTConfig(vocab_size=64, d_model=64, n_layer=2, head_dim=32, max_seq_len=
 PROMPT_TOKENS = 5
 
 
-def kv_tables(same_output: bool = True) -> dict[str, pd.DataFrame]:
-    rows = []
-    for length, (c, n) in {32: (40.0, 60.0), 256: (300.0, 900.0)}.items():
-        for rep in range(3):
-            for mode, ms in (("cache", c + rep), ("no_cache", n + rep)):
-                rows.append({"device": "cpu", "threads": 2, "prompt_tokens": PROMPT_TOKENS, "length": length,
-                             "mode": mode, "rep": rep, "total_ms": ms, "ms_per_token": ms / length,
-                             "same_output": same_output or not (length == 256 and rep == 1),
-                             "kv_bytes_per_token": 8192.0})
-    timings = pd.DataFrame(rows)
-    steps = pd.DataFrame([{"mode": mode, "positions": pos, "rep": rep,
-                           "step_ms": (1.1 + 0.004 * pos if mode == "no_cache" else 0.9 + 0.0001 * pos) + 0.01 * rep}
-                          for mode in ("cache", "no_cache") for pos in (8, 64, 128, 256) for rep in range(3)])
-    summary = kvbench.summarize_timings(timings)
-    fit = kvbench.fit_table(timings, steps, TINY)
-    profile = pd.DataFrame([{"rank": 1, "op": "aten::linear", "op_ms_per_step": 0.3, "wall_ms": 1.0, "op_ms": 0.4,
-                             "op_share": 0.4}])
-    longest = summary[(summary["mode"] == "cache") & (summary["length"] == 256)].iloc[0]
-    ours = our_roofline(TINY, 100_000, 4, PROMPT_TOKENS, 256, 20e9, 50e9, float(longest["ms_per_token_median"]),
-                        "ref_baseline", "Test CPU", "cpu")
+# engine -> (cached ms, uncached ms at 32 / 256 tokens, fixed per-step cost a): compiled has less overhead
+ENGINES = {"eager": ({32: (40.0, 60.0), 256: (300.0, 900.0)}, 1.1),
+           "compiled": ({32: (20.0, 45.0), 256: (150.0, 700.0)}, 0.5)}
+
+
+def _engine_cols(engine: str) -> dict:
+    return {"engine": engine, "engine_used": engine, "engine_fallback_reason": ""}
+
+
+def kv_tables(same_output: bool = True, contended: bool = False,
+              differs_on: str = "eager") -> dict[str, pd.DataFrame]:
+    """Per-engine timings and step probes, then kvbench's summary and fit per engine, as kvcache_summary does."""
+    rows, steps = [], []
+    for engine, (lengths, a) in ENGINES.items():
+        for length, (c, n) in lengths.items():
+            for rep in range(3):
+                for mode, ms in (("cache", c + rep), ("no_cache", n + rep)):
+                    rows.append({**_engine_cols(engine), "device": "cpu", "threads": 2,
+                                 "prompt_tokens": PROMPT_TOKENS, "length": length, "mode": mode, "rep": rep,
+                                 "total_ms": ms, "ms_per_token": ms / length,
+                                 "same_output": same_output or not (length == 256 and rep == 1
+                                                                     and engine == differs_on),
+                                 "kv_bytes_per_token": 8192.0, "contended": contended})
+        steps += [{**_engine_cols(engine), "mode": mode, "positions": pos, "rep": rep,
+                   "step_ms": (a + 0.004 * pos if mode == "no_cache" else 0.8 * a + 0.0001 * pos) + 0.01 * rep}
+                  for mode in ("cache", "no_cache") for pos in (8, 64, 128, 256) for rep in range(3)]
+    timings, steps = pd.DataFrame(rows), pd.DataFrame(steps)
+    summary = kvbench.by_engine(kvbench.summarize_timings, timings.drop(columns="contended"))
+    fit = kvbench.by_engine(kvbench.fit_table, timings.drop(columns="contended"), steps, config=TINY)
+    summary["contended"] = fit["contended"] = contended
+    profile = pd.DataFrame([{**_engine_cols(e), "rank": 1, "op": "aten::linear", "op_ms_per_step": 0.3,
+                             "wall_ms": 1.0, "op_ms": 0.4 if e == "eager" else 0.7,
+                             "op_share": 0.4 if e == "eager" else 0.7} for e in ENGINES])
     anchor = json.loads(ANCHOR.read_text(encoding="utf-8"))
-    roofline = pd.concat([anchor_roofline(anchor, [0, 4096]), ours], ignore_index=True)
+    measured = []
+    for engine in ENGINES:  # one measured row per engine, as scripts/roofline.py writes them
+        longest = summary[(summary["engine"] == engine) & (summary["mode"] == "cache") & (summary["length"] == 256)]
+        measured.append(our_roofline(TINY, 100_000, 4, PROMPT_TOKENS, 256, 20e9, 50e9,
+                                     float(longest["ms_per_token_median"].iloc[0]), "ref_baseline", "Test CPU",
+                                     "cpu").assign(engine=engine, engine_used=engine))
+    roofline = pd.concat([anchor_roofline(anchor, [0, 4096]), *measured], ignore_index=True)
     return {"kv_timings": timings, "kv_summary": summary, "kv_fit": fit, "kv_profile": profile, "roofline": roofline}
 
 
 def sampling_samples(cells: list[dict]) -> pd.DataFrame:
-    """Per-sample scores as a sampling_cell job records them: repetition falls, in-corpus share too."""
+    """Per-sample scores as a sampling_cell job records them: repetition falls, in-corpus share too.
+
+    The human reference (sampling_human's rows: cell "human", truncation "reference", no knobs) sits
+    between the cells, closest to the middle of the grid."""
     rows = []
     for i, cell in enumerate(cells):
         for prompt in ("a", "b"):
             for sample in range(3):
                 wobble = 0.01 * sample
                 rows.append({**cell, "prompt": prompt, "sample": sample, "seq_rep_4": 0.5 - 0.08 * i + wobble,
-                             "distinct_1": 0.3, "distinct_2": 0.6 + wobble,
-                             "in_corpus_4gram_share": 0.8 - 0.015 * i - wobble, "nll_per_token": 3.0 + 0.1 * i,
-                             "zipf_coefficient": 1.0 + wobble, "text": f"text {i}"})
+                             "distinct_1": 0.3, "distinct_2": 0.6 + 0.02 * i + wobble,
+                             "in_corpus_4gram_share": 0.8 - 0.015 * i - wobble,
+                             "nll_per_token": 2.0 + 0.3 * i + wobble, "zipf_coefficient": 1.2 - 0.05 * i,
+                             "text": f"text {i}"})
     return pd.DataFrame(rows)
 
 
-def sampling_tables(full: bool = True) -> dict[str, pd.DataFrame]:
+HUMAN_ROW = {"cell": "human", "truncation": "reference", "temperature": float("nan"), "top_p": float("nan"),
+             "min_p": float("nan")}
+
+
+def sampling_tables(full: bool = True, rule: str = "human_match") -> dict[str, pd.DataFrame]:
+    """sampling_default's tables from the real producers: human_match (default) or the old in-corpus floor."""
     dist = pd.DataFrame(distribution_rows(LOGITS, CELLS))
     cells = [dict(GREEDY_CELL), *CELLS]
     samples = sampling_samples(cells)
+    # the human row: scored like a cell, its numbers those of a point inside the grid (cell index 2.2)
+    human = sampling_samples([HUMAN_ROW] * 3).iloc[12:18].assign(cell="human")
+    human = human.assign(seq_rep_4=human["seq_rep_4"] - 0.176, distinct_2=human["distinct_2"] + 0.044,
+                         in_corpus_4gram_share=human["in_corpus_4gram_share"] - 0.033,
+                         nll_per_token=human["nll_per_token"] + 0.66, zipf_coefficient=human["zipf_coefficient"] - 0.11)
+    samples = pd.concat([samples, human], ignore_index=True)
     summary = repetition.summarise(samples, resamples=50, seed=0)
-    default = pd.DataFrame([repetition.choose_default(summary, dist, max_in_corpus_drop=0.1)])
+    distances = cell_distances(samples, resamples=50, seed=0)
+    if rule == "human_match":
+        record = choose_human_match(distances, repetition.wide_summary(summary), dist)
+    else:
+        record = repetition.choose_default(summary[summary["cell"] != "human"], dist, max_in_corpus_drop=0.1)
     if not full:
         summary = summary[~summary["cell"].isin([c["cell"] for c in CELLS[-2:]])]
-    return {"sp_distribution": dist, "sp_repetition": summary, "sp_default": default,
+    return {"sp_distribution": dist, "sp_repetition": summary, "sp_default": pd.DataFrame([record]),
+            "sp_distance": distances.assign(chosen=distances["cell"] == record["cell"]),
             "sp_samples": repetition.example_texts(samples, 1)}
 
 
 DRAFTS = {"c1_dim64": (0.6, 0.09), "c1_dim128": (0.7, 0.29)}  # draft -> (acceptance, step-time ratio)
+SPEC_WALL = {"eager": 1.0, "compiled": 0.7}  # engine -> wall-time scale of a speculative run (compiled is faster)
 
 
-def spec_tables(all_identical: bool = True) -> dict[str, pd.DataFrame]:
-    """speculative_bench.summarise and best_groups over run counters written as the group jobs write them."""
-    runs, forward, ident = [], [], []
-    for draft, (alpha, cost) in DRAFTS.items():
-        for k in (1, 3):
-            rounds, proposed = 10, 10 * k
-            accepted = round(alpha * proposed)
-            for rep in range(2):
-                for prompt_index in (0, 1):
-                    runs.append({"draft": draft, "k": k, "rep": rep, "prompt_index": prompt_index, "seed": 0,
-                                 "new_token_ids": [1, 2, 3], "new_tokens": rounds + accepted, "rounds": rounds,
-                                 "target_forwards": rounds, "draft_forwards": rounds * k, "drafted": rounds * k,
-                                 "proposed": proposed, "accepted": accepted, "generated": rounds + accepted,
-                                 "overlap_sum": alpha * proposed, "wall_ms": 100.0 + 10 * k + rep})
-            forward += [{"draft": draft, "k": k, "role": "target", "tokens_per_forward": 1, "forward_ms": 1.0},
-                        {"draft": draft, "k": k, "role": "target", "tokens_per_forward": k + 1, "forward_ms": 1.2},
-                        {"draft": draft, "k": k, "role": "draft", "tokens_per_forward": 1, "forward_ms": cost}]
-            ident += [{"draft": draft, "k": k, "prompt_index": p, "identical": all_identical or not (k == 3 and p == 1)}
-                      for p in (0, 1)]
-    baseline = pd.DataFrame([{"rep": rep, "prompt_index": p, "seed": 0, "wall_ms": 100.0 + rep}
-                             for rep in range(2) for p in (0, 1)])
+def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str, pd.DataFrame]:
+    """speculative_bench.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
+    over run counters written as the group jobs write them."""
+    runs, forward, ident, baseline = [], [], [], []
+    for engine, scale in SPEC_WALL.items():
+        cols = _engine_cols(engine)
+        for draft, (alpha, cost) in DRAFTS.items():
+            for k in (1, 3):
+                rounds, proposed = 10, 10 * k
+                accepted = round(alpha * proposed)
+                for rep in range(2):
+                    for prompt_index in (0, 1):
+                        runs.append({**cols, "draft": draft, "k": k, "rep": rep, "prompt_index": prompt_index,
+                                     "seed": 0, "new_token_ids": [1, 2, 3], "new_tokens": rounds + accepted,
+                                     "rounds": rounds, "target_forwards": rounds, "draft_forwards": rounds * k,
+                                     "drafted": rounds * k, "proposed": proposed, "accepted": accepted,
+                                     "generated": rounds + accepted, "overlap_sum": alpha * proposed,
+                                     "wall_ms": (100.0 + 10 * k + rep) * scale})
+                forward += [{**cols, "draft": draft, "k": k, "role": "target", "tokens_per_forward": 1,
+                             "forward_ms": 1.0},
+                            {**cols, "draft": draft, "k": k, "role": "target", "tokens_per_forward": k + 1,
+                             "forward_ms": 1.2},
+                            {**cols, "draft": draft, "k": k, "role": "draft", "tokens_per_forward": 1,
+                             "forward_ms": cost}]
+                ident += [{**cols, "draft": draft, "k": k, "prompt_index": p,
+                           "identical": all_identical or not (k == 3 and p == 1 and engine == "eager")}
+                          for p in (0, 1)]
+        baseline += [{**cols, "rep": rep, "prompt_index": p, "seed": 0, "wall_ms": 100.0 + rep}
+                     for rep in range(2) for p in (0, 1)]
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
-    summary = speculative_bench.summarise(pd.DataFrame(runs), pd.DataFrame(forward), baseline, params, "ref_baseline")
-    return {"spec_summary": summary, "spec_best": speculative_bench.best_groups(summary),
+    summary = by_engine(speculative_bench.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
+                        pd.DataFrame(baseline), params=params, target_name="ref_baseline")
+    summary["contended"] = contended
+    return {"spec_summary": summary, "spec_best": speculative_bench.best_groups_by_engine(summary),
             "spec_identity": pd.DataFrame(ident)}
 
 
@@ -218,56 +272,149 @@ def test_all_milestones_pass_on_good_tables():
 def test_m1_sentence_is_built_from_measured_numbers():
     tables = kv_tables()
     m = check_m1(full_data(), MACHINE)
-    summary = tables["kv_summary"].set_index(["length", "mode"])
-    fit = tables["kv_fit"].set_index("length").loc[256]
-    ours = tables["roofline"].set_index("subject").loc["ours"]
-    assert m.evidence["length"] == 256
+    eager = {key: df[df["engine"] == "eager"] for key, df in tables.items() if key != "roofline"}
+    summary = eager["kv_summary"].set_index(["length", "mode"])
+    fit = eager["kv_fit"].set_index("length").loc[256]
+    roof = tables["roofline"]
+    ours = roof[(roof["subject"] == "ours") & (roof["engine"] == "eager")].iloc[0]
+    assert m.evidence["length"] == 256 and m.evidence["engine"] == "eager"  # criteria on the seed-faithful engine
     assert m.evidence["ratio"] == pytest.approx(summary.loc[(256, "cache"), "speed_ratio"])
     assert m.evidence["a_ms"] == pytest.approx(fit["a_ms"]) and m.evidence["a_ms"] == pytest.approx(1.1, abs=0.02)
     for number in (f"{m.evidence['ratio']:.2f}x", f"{fit['flop_estimate_ratio']:.1f}x", f"{fit['a_ms']:.3f} ms",
                    f"{fit['b_ms_per_position']:.4f} ms", f"{fit['fixed_share_no_cache']:.0%}",
                    f"{ours['lower_bound_ms_per_token']:.4f} ms/token", f"{ours['measured_ms_per_token']:.3f} ms"):
         assert number in m.verdict, number
+    seed = json.loads(SEED_REF.read_text(encoding="utf-8"))["kvcache"]
+    assert f"{m.evidence['ratio']:.2f}x" in m.headline and f"{seed['cpu_ratio_at_256']}x" in m.headline
+
+
+def test_m1_compares_the_compiled_engine_with_eager():
+    tables = kv_tables()
+    m = check_m1(full_data(), MACHINE)
+    compiled = m.evidence["engines"]["compiled"]
+    summ = tables["kv_summary"]
+    fit = tables["kv_fit"]
+    row = summ[(summ["engine"] == "compiled") & (summ["length"] == 256) & (summ["mode"] == "cache")].iloc[0]
+    assert compiled["ratio"] == pytest.approx(row["speed_ratio"])
+    assert compiled["cached_ms_per_token"] == pytest.approx(row["ms_per_token_median"])
+    a_c = fit[fit["engine"] == "compiled"]["a_ms"].iloc[0]
+    assert compiled["a_ms"] == pytest.approx(a_c) and a_c < m.evidence["a_ms"]  # the fixture's smaller overhead
+    assert "Compiled against eager" in m.verdict
+    assert f"{compiled['ratio']:.2f}x vs {m.evidence['ratio']:.2f}x" in m.verdict
+    assert f"{row['ms_per_token_median']:.3f} vs {m.evidence['cached_ms_per_token']:.3f} ms/token" in m.verdict
+    direction = "grows" if compiled["ratio"] > m.evidence["ratio"] else "shrinks"
+    assert f"the cache's benefit {direction}" in m.verdict
+    assert f"{compiled['ratio']:.2f}x compiled" in m.headline
+
+
+def test_contended_timings_are_marked_in_stamp_and_verdict():
+    m = check_m1(full_data(**kv_tables(contended=True)), MACHINE)
+    assert m.status == PASS and "contended" in m.verdict and m.stamps["contended"] is True
+    assert "contended" in " ".join(stamp_lines(m.stamps))
+    m = check_m3(full_data(**spec_tables(contended=True)), MACHINE)
+    assert "contended" in m.verdict and "contended" in m.headline
+    assert "contended" not in check_m1(full_data(), MACHINE).verdict
+
+
+def test_timings_from_different_nodes_are_not_comparable():
+    data = full_data()
+    node_a, node_b = {**MACHINE, "node": "node-a"}, {**MACHINE, "node": "node-b"}
+    data.provenance["kv_summary"] = {**PROV, "machine": node_a,
+                                     "machines_per_length": {"t32.parquet": node_a, "t256.parquet": node_b}}
+    m = check_m1(data, MACHINE)
+    assert "not comparable (different nodes)" in m.verdict.lower() and "node-a, node-b" in m.verdict
+    assert m.stamps["machine"]["node"] == "node-a" and "node-a" in " ".join(stamp_lines(m.stamps))
+    assert "different nodes" not in check_m1(full_data(), MACHINE).verdict
+    # speculative groups against a target-only baseline timed on another node
+    data = full_data()
+    data.provenance["spec_summary"] = {**PROV, "machine": node_a, "baseline_machine": node_b}
+    m = check_m3(data, MACHINE)
+    assert "Not comparable (different nodes)" in m.verdict and m.stamps["nodes"] == ["node-a", "node-b"]
 
 
 def test_m1_fails_when_an_output_differs_and_is_missing_without_fit():
     m = check_m1(full_data(**kv_tables(same_output=False)), MACHINE)
-    assert m.status == FAIL and "same_output is false in 2 of 12 rows" in m.verdict
+    assert m.status == FAIL and "same_output is false in 2 of 24 rows (eager: 2, compiled: 0)" in m.verdict
+    m = check_m1(full_data(**kv_tables(same_output=False, differs_on="compiled")), MACHINE)
+    assert m.status == FAIL and "(eager: 0, compiled: 2)" in m.verdict  # every engine must reproduce the output
     data = full_data()
     data.tables["kv_fit"] = None
     m = check_m1(data, MACHINE)
     assert m.status == MISSING and "kv_fit" in m.missing_inputs
 
 
-def test_m2_fails_on_an_incomplete_grid_and_on_a_fallback_default():
+def test_m2_fails_only_when_table_default_or_decision_is_missing():
     m = check_m2(full_data(**{"sp_repetition": sampling_tables(full=False)["sp_repetition"]}), MACHINE)
     assert m.status == FAIL and "2 grid cells absent" in m.verdict
-    default = sampling_tables()["sp_default"].assign(rule_satisfied=False)
-    assert check_m2(full_data(sp_default=default), MACHINE).status == FAIL
+    rep = sampling_tables()["sp_repetition"]
+    m = check_m2(full_data(sp_repetition=rep[rep["cell"] != "human"]), MACHINE)
+    assert m.status == FAIL and "no human reference row" in m.verdict
+    m = check_m2(full_data(sp_default=sampling_tables()["sp_default"].assign(min_p_decision="")), MACHINE)
+    assert m.status == FAIL and "no min-p decision stated" in m.verdict
     data = full_data()
     data.tables["sp_default"] = None
     assert check_m2(data, MACHINE).status == MISSING
 
 
-def test_m2_cites_rule_kept_count_and_min_p_decision():
+def test_m2_a_rule_with_no_cell_inside_its_threshold_is_a_finding_not_a_failure():
+    tables = sampling_tables(rule="max_in_corpus_drop")
+    default = tables["sp_default"].assign(rule_satisfied=False)
+    m = check_m2(full_data(**{**tables, "sp_default": default}), MACHINE)
+    assert m.status == PASS and "Finding: no cell met the rule's threshold" in m.verdict
+    assert f"Default: {default['cell'].iloc[0]}" in m.verdict
+
+
+def test_m2_cites_distance_to_human_text_competitor_greedy_kept_and_min_p():
     m = check_m2(full_data(), MACHINE)
     tables = sampling_tables()
     default = tables["sp_default"].iloc[0]
+    assert default["kind"] == "human_match" and m.status == PASS, m.verdict
     kept = int(tables["sp_distribution"].set_index("cell").loc[default["cell"], "kept"])
     assert m.evidence["chosen"] == default["cell"] and f"Default: {default['cell']}" in m.verdict
     assert f"Kept tokens at the prompt: {kept}" in m.verdict
     assert default["min_p_decision"] in m.verdict and default["min_p_reason"] in m.verdict
+    assert (f"distance to human text {default['distance']:.3f} [{default['distance_ci_low']:.3f}, "
+            f"{default['distance_ci_high']:.3f}]") in m.verdict
+    assert f"nearest competitor {default['runner_up_cell']} at {default['runner_up_distance']:.3f}" in m.verdict
+    assert f"greedy at {default['greedy_distance']:.3f}" in m.verdict and "never eligible" in m.verdict
+    assert ("farther from human text" in m.verdict) == (default["greedy_distance"] > default["distance"])
+    assert f"{default['distance']:.2f}" in m.headline and str(kept) in m.headline
+    assert "352 kept" in m.headline  # the seed page's number beside ours
 
 
 def test_m3_choice_and_identity():
     m = check_m3(full_data(), MACHINE)
-    assert m.status == PASS and m.evidence["greedy_identical"] == m.evidence["greedy_cases"] == 8
+    assert m.status == PASS and m.evidence["greedy_identical"] == m.evidence["greedy_cases"] == 16
     tables = spec_tables()
-    best = tables["spec_summary"].sort_values("speedup_theory_time").iloc[-1]
-    assert (m.evidence["draft"], m.evidence["k"]) == (best["draft"], best["k"])
-    assert tables["spec_best"].iloc[0]["reason"] in m.verdict  # the experiment's own reason, not a re-decision
+    chosen = tables["spec_best"].iloc[0]  # the one overall choice
+    assert chosen["criterion"] == "chosen" and bool(chosen["overall_choice"])
+    assert (m.evidence["engine"], m.evidence["draft"], m.evidence["k"]) == (chosen["engine"], chosen["draft"],
+                                                                           chosen["k"])
+    assert m.evidence["speedup_time"] == pytest.approx(tables["spec_summary"]["speedup_theory_time"].max())
+    assert chosen["reason"] in m.verdict  # the experiment's own reason, not a re-decision
     m = check_m3(full_data(**spec_tables(all_identical=False)), MACHINE)
-    assert m.status == FAIL and "2 of 8" in m.verdict
+    assert m.status == FAIL and "2 of 16" in m.verdict
+
+
+def test_m3_reports_c_best_group_and_wall_clock_per_engine():
+    tables = spec_tables()
+    summary, best = tables["spec_summary"], tables["spec_best"]
+    m = check_m3(full_data(), MACHINE)
+    for engine in ("eager", "compiled"):
+        rows = summary[summary["engine"] == engine]
+        pick = best[(best["engine"] == engine) & (best["criterion"] == "chosen_for_engine")].iloc[0]
+        ev = m.evidence["engines"][engine]
+        assert (ev["best_draft"], ev["best_k"]) == (pick["draft"], pick["k"])
+        assert ev["best_wall_speedup"] == pytest.approx(rows["wall_speedup"].max())
+        for draft, group in rows.groupby("draft"):
+            assert f"{draft} {group['c_time'].iloc[0]:.3f}" in m.verdict
+    eager, compiled = m.evidence["engines"]["eager"], m.evidence["engines"]["compiled"]
+    # eager speculative runs are slower than target-only here: the verdict says so, with alpha and c
+    assert eager["best_wall_speedup"] < 1.0 and "no group beats target-only on the wall clock" in m.verdict
+    target_met = compiled["best_wall_speedup"] >= 1.15
+    assert compiled["compiled_target_met"] is target_met
+    assert f"1.15x compiled target is {'met' if target_met else 'not met'}" in m.verdict
+    assert f"compiled {compiled['best_wall_speedup']:.2f}x" in m.headline
 
 
 def test_m4_pass_fail_missing():
@@ -281,6 +428,18 @@ def test_m4_pass_fail_missing():
     data = full_data()
     data.tables["quant_summary"] = None
     assert check_m4(data, MACHINE).status == MISSING
+
+
+def test_m4_states_an_unreliable_noise_floor():
+    tables = quant_tables()
+    nf = tables["noise_floor"]
+    assert not bool(nf["floor_reliable"].iloc[0])  # two runs: the producer flags the floor
+    m = check_m4(full_data(), MACHINE)
+    assert m.status == PASS and "noise floor is unreliable" in m.verdict
+    assert nf["floor_reliability_note"].iloc[0] in m.verdict and "unreliable" in m.headline
+    m = check_m4(full_data(noise_floor=nf.assign(floor_reliable=True, floor_reliability_note="")), MACHINE)
+    assert "unreliable" not in m.verdict and "unreliable" not in m.headline
+    assert f"{m.evidence['delta_loss']:+.4f}" in m.headline and "+0.0083" in m.headline  # ours beside theirs
 
 
 def test_a_column_the_report_needs_fails_with_table_and_column():
@@ -368,6 +527,7 @@ def test_render_on_hand_made_tables(tmp_path):
         "machine_cpu_model",
         "machine_cpu_cores",
         "machine_device",
+        "machine_node",
         "machine_torch_version",
         "machine_os",
         "machine_git_commit",
@@ -377,12 +537,19 @@ def test_render_on_hand_made_tables(tmp_path):
     ):
         assert table[col].notna().all(), col
     assert json.loads(table.loc[0, "evidence_json"])["length"] == 256
+    assert list(table.columns).index("machine_node") == list(table.columns).index("machine_device_name") + 1
+    assert (table["machine_node"] == "test-node").all()
+    assert list(table["headline"]) == [m.headline for m in milestones] and all(table["headline"].str.len() > 0)
 
     page = Path(paths.html).read_text(encoding="utf-8")
     assert page.count("data:image/png;base64,") == len(paths.figures)
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
     assert "seed page (theirs)" in page and "1,057,920" in page and "difference of 8,192" in page
     assert "abc123" in page and "train/ref_baseline" in page
+    # engine blocks, the human reference and the distance table reach the page
+    assert "<th>engine</th>" in page and "compiled" in page and "chosen_for_engine" in page
+    assert "reference: validation text (human)" in page and "validation text (human, not model output)" in page
+    assert "Distance of each cell to held-out human text" in page and "floor_reliable" in page
 
     md = Path(paths.markdown).read_text(encoding="utf-8")
     for stem, fig in paths.figures.items():
@@ -392,7 +559,7 @@ def test_render_on_hand_made_tables(tmp_path):
 
     inference = json.loads(Path(paths.inference_json).read_text(encoding="utf-8"))
     assert inference["schema"] == "inferlab/c13-inference@1"
-    assert len(inference["kvcache"]["timings"]) == 12 and inference["sampling"]["logits"]["logits"] == LOGITS
+    assert len(inference["kvcache"]["timings"]) == 24 and inference["sampling"]["logits"]["logits"] == LOGITS
     pre = json.loads(Path(paths.precomputed_json).read_text(encoding="utf-8"))
     assert pre["schema"] == "inferlab/precomputed@1" and len(pre["quantization"]["summary"]) == len(QUANT_SCHEMES)
     assert len(pre["speculative"]["best"]) == len(spec_tables()["spec_best"])
@@ -436,6 +603,17 @@ def test_benchmarks_and_rebuilt_vs_reused(tmp_path):
     status = classify_outputs([str(old), str(new), str(tmp_path / "gone")], start=2000.0).set_index("path")["status"]
     assert status[str(old)] == "reused" and status[str(new)] == "rebuilt" and status[str(tmp_path / "gone")] == "absent"
     assert config_hash({"a": 1, "b": 2}) == config_hash({"b": 2, "a": 1}) != config_hash({"a": 2, "b": 2})
+
+
+def test_the_human_row_is_a_reference_not_greedy_nor_a_sampled_cell():
+    from inferlab.report.figures import repetition_rows, repetition_wide, sampling_repetition
+
+    rep = sampling_tables()["sp_repetition"]
+    assert rep.loc[rep["cell"] == "human", "temperature"].isna().all()  # what fooled temperature.fillna(0) == 0
+    greedy, human, sampled = repetition_rows(repetition_wide(rep))
+    assert list(greedy["cell"]) == ["greedy"] and list(human["cell"]) == ["human"]
+    assert set(sampled["cell"]) == {c["cell"] for c in CELLS}
+    assert sampling_repetition(rep, {})[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_seed_reference_numbers_sit_only_on_their_own_cell(tmp_path):

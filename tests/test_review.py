@@ -16,6 +16,7 @@ import pytest
 
 from inferlab import ledger, quant_bench
 from inferlab.diff import CHANGED, FLIPPED, diff_metrics, load
+from inferlab.lineage import file_sha256
 from inferlab.noise import within_noise
 from inferlab.report.build import write_report
 from inferlab.report.bundling import ReviewPaths
@@ -110,7 +111,7 @@ def test_the_bundle_holds_the_review_files_and_its_manifest_verifies(tmp_path):
     assert subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=unpacked,
                           capture_output=True).returncode != 0
     manifest = ledger.read_manifest(ledger.list_runs(paths.review.history)[0])
-    assert manifest["report_files"][paths.review.bundle] == ledger.sha256_file(paths.review.bundle)
+    assert manifest["report_files"][paths.review.bundle] == file_sha256(paths.review.bundle)
 
 
 def _with_lineage(data, key: str, rule: str, code: str):

@@ -56,7 +56,8 @@ def inference_export(data: ReportInputs, stamps: dict, generated: dict) -> dict:
         ),
         "sampling": {
             **_section(
-                data, {"distribution": "sp_distribution", "repetition": "sp_repetition", "default": "sp_default"}
+                data, {"distribution": "sp_distribution", "repetition": "sp_repetition", "default": "sp_default",
+                       "distance": "sp_distance"}
             ),
             "logits": logits,  # {"prompt","model","checkpoint_sha256","vocab":[V],"logits":[V], ...}
         },

@@ -15,6 +15,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from inferlab.noise import within_noise  # noqa: E402
+from inferlab.repetition import GREEDY as GREEDY_CELL  # noqa: E402
+from inferlab.repetition import HUMAN as HUMAN_CELL  # noqa: E402
 from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
 
 FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
@@ -40,19 +42,19 @@ def kvcache_ratio(ratios: pd.DataFrame | None, fit: pd.DataFrame | None, seed: d
     if ratios is None or ratios.empty:
         return placeholder(FIGURES["kvcache_ratio"], "results/kvcache/summary.parquet")
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    x = ratios["length"].to_numpy()
-    y = ratios["ratio"].to_numpy()
-    err = np.vstack(
-        [
-            y - ratios["ratio_min"].fillna(pd.Series(y)).to_numpy(),
-            ratios["ratio_max"].fillna(pd.Series(y)).to_numpy() - y,
-        ]
-    )
-    ax.errorbar(x, y, yerr=np.clip(err, 0, None), marker="o", capsize=3, label="measured (median, min-max)")
+    for engine, block in _engine_blocks(ratios):
+        x = block["length"].to_numpy()
+        y = block["ratio"].to_numpy()
+        err = np.vstack([y - block["ratio_min"].fillna(block["ratio"]).to_numpy(),
+                         block["ratio_max"].fillna(block["ratio"]).to_numpy() - y])
+        ax.errorbar(x, y, yerr=np.clip(err, 0, None), marker="o", capsize=3,
+                    label=f"measured{engine} (median, min-max)")
     if fit is not None and "length" in fit.columns:
-        f = fit.sort_values("length")
-        if "predicted_ratio" in f.columns:
-            ax.plot(f["length"], f["predicted_ratio"], "s--", label="predicted from fit a + b*positions")
+        for engine, f in _engine_blocks(fit):
+            f = f.sort_values("length")
+            if "predicted_ratio" in f.columns:
+                ax.plot(f["length"], f["predicted_ratio"], "s--", label=f"predicted from fit a + b*positions{engine}")
+        f = fit.sort_values("length").drop_duplicates("length")  # the FLOP estimate does not depend on the engine
         if "flop_estimate_ratio" in f.columns:
             ax.plot(f["length"], f["flop_estimate_ratio"], "^:", label="FLOP estimate")
     kv = seed.get("kvcache", {})
@@ -118,6 +120,13 @@ def sampling_heatmaps(dist: pd.DataFrame | None) -> bytes:
     return to_png(fig)
 
 
+def _engine_blocks(df: pd.DataFrame):
+    """(label suffix, rows) per engine, in table order; one unlabelled block without an engine column."""
+    if "engine" not in df.columns:
+        return [("", df)]
+    return [(f", {engine}", rows) for engine, rows in df.groupby("engine", sort=False)]
+
+
 def repetition_wide(rep: pd.DataFrame) -> pd.DataFrame:
     """One row per cell with <metric>, <metric>_ci_low, <metric>_ci_high (tidy or wide input)."""
     if "metric" not in rep.columns:
@@ -132,13 +141,20 @@ def repetition_wide(rep: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(greedy, human reference, sampled cells) of the wide repetition table.
+
+    By cell name, not by temperature: the human row has no temperature (NaN) and is not greedy."""
+    special = w["cell"].isin([GREEDY_CELL, HUMAN_CELL])
+    return w[w["cell"] == GREEDY_CELL], w[w["cell"] == HUMAN_CELL], w[~special]
+
+
 def sampling_repetition(rep: pd.DataFrame | None, seed: dict) -> bytes:
     if rep is None or rep.empty:
         return placeholder(FIGURES["sampling_repetition"], "results/sampling/repetition.parquet")
     w = repetition_wide(rep)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    greedy = w[w["temperature"].fillna(0) == 0]
-    sampled = w[w["temperature"].fillna(0) > 0]
+    greedy, human, sampled = repetition_rows(w)
     for ax, metric, label in (
         (axes[0], "seq_rep_4", "seq-rep-4"),
         (axes[1], "in_corpus_4gram_share", "in-corpus 4-gram share"),
@@ -171,6 +187,13 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict) -> bytes:
             )
         if len(greedy):
             ax.axhline(float(greedy[metric].iloc[0]), color="k", linestyle="--", label="greedy (ours)")
+        if len(human):
+            value = float(human[metric].iloc[0])
+            ax.axhline(value, color="tab:green", linestyle="-", linewidth=2, alpha=0.6,
+                       label="human reference (validation text)")
+            low, high = f"{metric}_ci_low", f"{metric}_ci_high"
+            if low in human.columns:
+                ax.axhspan(float(human[low].iloc[0]), float(human[high].iloc[0]), color="tab:green", alpha=0.12)
         if metric == "seq_rep_4" and seed.get("sampling", {}).get("repetition_greedy") is not None:
             ax.axhline(
                 seed["sampling"]["repetition_greedy"],
@@ -192,16 +215,19 @@ def speculative_yield(summary: pd.DataFrame | None) -> bytes:
     measured, formula = "tokens_per_target_forward", "formula_tokens_per_target_forward"
     speed, speed_p, wall = "speedup_theory_time", "speedup_theory_params", "wall_speedup"
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for draft, g in summary.groupby("draft"):
-        g = g.sort_values("k")
-        axes[0].plot(g["k"], g[measured], "o-", label=f"{draft} measured")
-        axes[0].plot(g["k"], g[formula], "x--", label=f"{draft} formula E")
-        for col, style, name in (
-            (speed_p, "s:", "theory, c by params"),
-            (speed, "^--", "theory, c by time"),
-            (wall, "o-", "wall clock measured"),
-        ):
-            axes[1].plot(g["k"], g[col], style, label=f"{draft} {name}")
+    blocks = _engine_blocks(summary)
+    for engine, rows in blocks:
+        for draft, g in rows.groupby("draft"):
+            g = g.sort_values("k")
+            if engine == blocks[0][0]:  # acceptance and yield do not depend on the engine: drawn once
+                axes[0].plot(g["k"], g[measured], "o-", label=f"{draft} measured")
+                axes[0].plot(g["k"], g[formula], "x--", label=f"{draft} formula E")
+            for col, style, name in (
+                (speed_p, "s:", "theory, c by params"),
+                (speed, "^--", "theory, c by time"),
+                (wall, "o-", "wall clock measured"),
+            ):
+                axes[1].plot(g["k"], g[col], style, label=f"{draft} {name}{engine}")
     axes[0].set_xlabel("k (draft tokens per round)")
     axes[0].set_ylabel("tokens per target forward")
     axes[1].axhline(1.0, color="k", linewidth=0.8)

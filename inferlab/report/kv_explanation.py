@@ -6,15 +6,19 @@ import pandas as pd
 
 from inferlab.report.numbers import fmt_number as _fmt
 from inferlab.report.numbers import number as _num
+from inferlab.report.verdicts import ENGINE_ORDER
 
 
 def kv_ratio_by_length(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per length: the summary's speed ratio (no-cache time / cache time) with min and max.
 
-    summary is kvbench.summarize_timings' table (the ratio repeats on both mode rows of a length).
+    summary is kvbench.summarize_timings' table (the ratio repeats on both mode rows of a length);
+    with an engine column, one block per engine (in the table's order, eager first).
     """
-    rows = summary.dropna(subset=["speed_ratio"]).groupby("length", as_index=False).first()
-    return pd.DataFrame(
+    keys = ["engine", "length"] if "engine" in summary.columns else ["length"]
+    rows = summary.dropna(subset=["speed_ratio"]).groupby(keys, as_index=False, sort=False).first()
+    rows = rows.sort_values(keys, key=lambda c: c if c.name == "length" else c.map(_engine_rank), kind="stable")
+    out = pd.DataFrame(
         {
             "length": rows["length"].astype(int),
             "ratio": rows["speed_ratio"].astype(float),
@@ -22,6 +26,46 @@ def kv_ratio_by_length(summary: pd.DataFrame) -> pd.DataFrame:
             "ratio_max": rows["speed_ratio_max"].astype(float),
         }
     )
+    if "engine" in rows.columns:
+        out.insert(0, "engine", rows["engine"].astype(str))
+    return out.reset_index(drop=True)
+
+
+def _engine_rank(engine: str) -> int:
+    return ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
+
+
+def cached_ms_per_token(summary: pd.DataFrame, length: int) -> float | None:
+    """The cached mode's median ms/token at `length` (one engine's block of the summary)."""
+    rows = summary[(summary["mode"] == "cache") & (summary["length"] == length)]
+    return _num(rows["ms_per_token_median"].iloc[0]) if len(rows) else None
+
+
+def engine_comparison(per_engine: dict[str, dict]) -> str:
+    """How the cache's benefit changes once the per-step overhead is gone: compiled against eager.
+
+    per_engine maps engine -> evidence (ratio, length, cached_ms_per_token, a_ms, b_ms_per_position).
+    """
+    if "eager" not in per_engine or len(per_engine) < 2:
+        return ""
+    base = per_engine["eager"]
+    parts = []
+    for engine, ev in per_engine.items():
+        if engine == "eager":
+            continue
+        text = (f"{engine} against eager: cached decode {_fmt(ev.get('cached_ms_per_token'), 3)} vs "
+                f"{_fmt(base.get('cached_ms_per_token'), 3)} ms/token, cache ratio at {ev['length']} tokens "
+                f"{_fmt(ev['ratio'], 2)}x vs {_fmt(base['ratio'], 2)}x, fit a = {_fmt(ev.get('a_ms'), 3)} vs "
+                f"{_fmt(base.get('a_ms'), 3)} ms and b = {_fmt(ev.get('b_ms_per_position'), 4)} vs "
+                f"{_fmt(base.get('b_ms_per_position'), 4)} ms/position")
+        a, a0 = _num(ev.get("a_ms")), _num(base.get("a_ms"))
+        if a is not None and a0 is not None:
+            overhead = "smaller" if a < a0 else "not smaller"
+            change = "grows" if ev["ratio"] > base["ratio"] else "shrinks"
+            text += (f"; with the fixed per-step cost {overhead}, the cache's benefit {change} "
+                     f"({_fmt(ev['ratio'] / base['ratio'], 2)}x the eager ratio)")
+        parts.append(text)
+    return " " + "; ".join(p[0].upper() + p[1:] for p in parts) + "."
 
 
 # The columns M1 reads (kvbench.fit_table, roofline.our_roofline).
@@ -105,3 +149,11 @@ def _our_roofline_row(roofline: pd.DataFrame) -> pd.Series | None:
     """The row for our model on this machine (the anchor rows are the 27B-class model on an H100)."""
     ours = roofline[roofline["subject"] == "ours"]
     return ours.iloc[0] if len(ours) else None
+
+
+def roofline_for(roofline: pd.DataFrame | None, engine: str | None) -> pd.DataFrame | None:
+    """The anchor rows and our measured row of one engine (anchor rows carry no engine)."""
+    if roofline is None or engine is None or "engine" not in roofline.columns:
+        return roofline
+    keep = (roofline["subject"] != "ours") | (roofline["engine"] == engine)
+    return roofline[keep].reset_index(drop=True)

@@ -1,50 +1,72 @@
 """The seed's four acceptance milestones, checked on the measured tables.
 
 Each check returns a Milestone with status "pass", "fail" or "missing", the evidence numbers it
-used, a verdict sentence built from those numbers, and the four stamps (model, machine, repeat
-count, baseline). An unmet milestone is a "fail" that shows its numbers; nothing is adjusted
-to make it pass. A milestone whose tables were not produced is "missing".
+used, a verdict sentence built from those numbers, a one-sentence headline (our key number beside
+the seed page's) and the four stamps (model, machine, repeat count, baseline). An unmet milestone
+is a "fail" that shows its numbers; nothing is adjusted to make it pass. A milestone whose tables
+were not produced is "missing". M3 and M4 live in milestones_late.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pandas as pd
 
-from inferlab.report.inputs import ReportInputError, ReportInputs
-from inferlab.report.kv_explanation import FIT_COLUMNS, ROOFLINE_COLUMNS, kv_explanation, kv_ratio_by_length
+from inferlab.report.inputs import ReportInputs
+from inferlab.report.kv_explanation import (
+    FIT_COLUMNS,
+    ROOFLINE_COLUMNS,
+    cached_ms_per_token,
+    engine_comparison,
+    kv_explanation,
+    kv_ratio_by_length,
+    roofline_for,
+)
+from inferlab.report.milestones_late import SPEC_EVIDENCE, check_m3, check_m4  # noqa: F401  (re-exported)
 from inferlab.report.numbers import fmt_number as _fmt
 from inferlab.report.numbers import number as _num
 from inferlab.report.stamps import stamps_for
+from inferlab.report.verdicts import (  # noqa: F401  (re-exported: the report's one Milestone)
+    FAIL,
+    MISSING,
+    PASS,
+    Milestone,
+    bool_all,
+    caveats,
+    engine_label,
+    engine_rows,
+    engines_in,
+)
 from inferlab.sampling_grid import GREEDY_CELL, sampling_cells
 
-PASS, FAIL, MISSING = "pass", "fail", "missing"
-
-
-@dataclass
-class Milestone:
-    id: str
-    title: str
-    status: str
-    verdict: str
-    evidence: dict = field(default_factory=dict)
-    stamps: dict = field(default_factory=dict)
-    missing_inputs: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # why a "fail" failed
-
-
-# ------------------------------------------------------------------------------------- helpers
-
-
-def _bool_all(series: pd.Series) -> bool:
-    return bool(series.astype(bool).all())
+HUMAN_CELL = "human"  # repetition.HUMAN: the held-out validation text the cells are measured against
 
 
 # ----------------------------------------------------------------------------------------- M1
 
 
+def _m1_engine(data: ReportInputs, engine: str | None, roofline: pd.DataFrame | None) -> tuple[str, dict]:
+    """One engine's M1 sentence and evidence: ratio at the longest length, fit, profiler, roofline."""
+    summary = engine_rows(data.table("kv_summary"), engine)
+    ratios = kv_ratio_by_length(summary)
+    longest = ratios.loc[ratios["length"].idxmax()].to_dict()
+    sentence, ev = kv_explanation(
+        longest,
+        engine_rows(data.table("kv_fit"), engine),
+        engine_rows(data.table("kv_profile"), engine),
+        roofline_for(roofline, engine),
+    )
+    return sentence, {
+        "length": int(longest["length"]),
+        "ratio": float(longest["ratio"]),
+        "ratio_min": _num(longest.get("ratio_min")),
+        "ratio_max": _num(longest.get("ratio_max")),
+        "cached_ms_per_token": cached_ms_per_token(summary, int(longest["length"])),
+        **ev,
+    }
+
+
 def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
+    """Pass/fail on the eager (seed-faithful) engine; same_output must hold on every engine."""
     title = "M1 KV cache: speed ratio at the longest length, same output, explanation"
     reps = data.config.get("kvcache", {}).get("reps")
     stamps = stamps_for(
@@ -60,60 +82,115 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         return Milestone(
             "M1", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
         )
-    summary = data.require("kv_summary", "length", "speed_ratio", "speed_ratio_min", "speed_ratio_max")
-    ratios = kv_ratio_by_length(summary)
+    data.require("kv_summary", "length", "speed_ratio", "speed_ratio_min", "speed_ratio_max")
     timings = data.require("kv_timings", "same_output", "kv_bytes_per_token")
-    fit = data.require("kv_fit", *FIT_COLUMNS)
-    profile = data.require("kv_profile", "op_share", "op_ms", "wall_ms")
+    data.require("kv_fit", *FIT_COLUMNS)
+    data.require("kv_profile", "op_share", "op_ms", "wall_ms")
     roofline = data.require("roofline", *ROOFLINE_COLUMNS) if data.has("roofline") else None
-    longest = ratios.loc[ratios["length"].idxmax()].to_dict()
+    engines = engines_in(data.table("kv_summary"))
+    per_engine, sentences = {}, {}
+    for engine in engines:
+        sentences[engine], per_engine[engine] = _m1_engine(data, engine, roofline)
+    primary = engines[0]  # eager when present: the seed-faithful engine the criteria are stated on
     same = timings["same_output"]
-    same_all = _bool_all(same)
+    same_all = bool_all(same)
     # The milestone is stated at the seed's longest length; a config with shorter lengths gets a note.
     target_len = int(data.seed_reference.get("kvcache", {}).get("max_length", 256))
-    sentence, ev = kv_explanation(longest, fit, profile, roofline)
     evidence = {
-        "length": int(longest["length"]),
-        "ratio": float(longest["ratio"]),
-        "ratio_min": _num(longest.get("ratio_min")),
-        "ratio_max": _num(longest.get("ratio_max")),
+        **per_engine[primary],
+        "engine": engine_label(data.table("kv_summary"), primary),
         "same_output_true": int(same.astype(bool).sum()),
         "same_output_rows": int(len(same)),
         "milestone_length": target_len,
-        **ev,
+        "kv_bytes_per_token": _num(timings["kv_bytes_per_token"].iloc[0]),
     }
-    evidence["kv_bytes_per_token"] = _num(timings["kv_bytes_per_token"].iloc[0])
+    if len(engines) > 1:
+        evidence["engines"] = {str(e): ev for e, ev in per_engine.items()}
     problems = []
     if not same_all:
-        problems.append(f"same_output is false in {len(same) - int(same.astype(bool).sum())} of {len(same)} rows")
-    if evidence["flop_estimate_ratio"] is None or evidence.get("a_ms") is None:
+        bad = len(same) - int(same.astype(bool).sum())
+        where = ""
+        if "engine" in timings.columns:
+            where = " (" + ", ".join(
+                f"{e}: {int((~g.astype(bool)).sum())}" for e, g in timings.groupby("engine", sort=False)["same_output"]
+            ) + ")"
+        problems.append(f"same_output is false in {bad} of {len(same)} rows{where}")
+    if evidence.get("flop_estimate_ratio") is None or evidence.get("a_ms") is None:
         problems.append("the explanation lacks the FLOP estimate or the fit")
-    note = (
-        ""
-        if int(longest["length"]) >= target_len
-        else (f" (the longest length in this config is {int(longest['length'])}, not the seed's {target_len})")
-    )
-    status = FAIL if problems else PASS
-    verdict = (
-        sentence
-        + note
-        + (
-            " Failed: " + "; ".join(problems) + "."
-            if problems
-            else f" Outputs token-identical in all {len(same)} runs."
-        )
-    )
-    return Milestone("M1", title, status, verdict, evidence, stamps, [], problems)
+    longest_len = evidence["length"]
+    note = "" if longest_len >= target_len else (
+        f" (the longest length in this config is {longest_len}, not the seed's {target_len})")
+    prefix = f"[{evidence['engine']}] " if len(engines) > 1 else ""
+    verdict = prefix + sentences[primary] + note
+    verdict += engine_comparison({str(e): ev for e, ev in per_engine.items()}) if len(engines) > 1 else ""
+    verdict += caveats(data, stamps, "kv_timings", "kv_summary", "kv_fit", "kv_steps", "kv_profile")
+    verdict += (" Failed: " + "; ".join(problems) + "." if problems
+                else f" Outputs token-identical in all {len(same)} runs" + (" on every engine." if len(engines) > 1
+                                                                           else "."))
+    seed_kv = data.seed_reference.get("kvcache", {})
+    headline = f"KV cache {evidence['ratio']:.2f}x faster at {longest_len} tokens"
+    if len(engines) > 1:
+        headline += " on eager, " + ", ".join(
+            f"{per_engine[e]['ratio']:.2f}x {e}" for e in engines[1:]) if primary == "eager" else ""
+    headline += f" (seed page: {seed_kv.get('cpu_ratio_at_256')}x on their CPU at 256)"
+    if stamps.get("contended"):
+        headline += "; timings contended"
+    return Milestone("M1", title, FAIL if problems else PASS, verdict, evidence, stamps, [], problems,
+                     headline + ".")
 
 
 # ----------------------------------------------------------------------------------------- M2
 
 
-# The columns M2 reads from repetition.choose_default's record.
+# The columns M2 reads from the default record (repetition.choose_default or human_match.choose_human_match).
 DEFAULT_COLUMNS = ("cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")
+# (column, label, digits) of the old in-corpus-floor rule's numbers the verdict cites.
+FLOOR_RULE_CITED = (
+    ("seq_rep_4", "seq-rep-4", 3),
+    ("in_corpus_4gram_share", "in-corpus 4-gram share", 3),
+    ("greedy_seq_rep_4", "greedy seq-rep-4", 3),
+    ("greedy_in_corpus_4gram_share", "greedy in-corpus share", 3),
+    ("in_corpus_floor", "share floor", 3),
+    ("entropy_nats", "entropy (nats)", 3),
+)
+
+
+def _with_ci(row: pd.Series, name: str, digits: int = 3) -> str | None:
+    """'0.123 [0.100, 0.150]' from <name>, <name>_ci_low, <name>_ci_high of a record; None if absent."""
+    if name not in row.index or _num(row[name]) is None:
+        return None
+    text = _fmt(row[name], digits)
+    low, high = f"{name}_ci_low", f"{name}_ci_high"
+    if low in row.index and _num(row[low]) is not None:
+        text += f" [{_fmt(row[low], digits)}, {_fmt(row[high], digits)}]"
+    return text
+
+
+def _human_match_text(row: pd.Series) -> str:
+    """The human_match verdict: the chosen cell's distance, its nearest competitor's and greedy's."""
+    text = f"distance to human text {_with_ci(row, 'distance')}"
+    if row.get("runner_up_cell"):
+        text += f"; nearest competitor {row['runner_up_cell']} at {_with_ci(row, 'runner_up_distance')}"
+    if _num(row.get("n_tied")) and int(row["n_tied"]) > 1:
+        text += f" (tied within CI: {row.get('tied_cells')}; the tie-break takes the simpler setting)"
+    greedy = _with_ci(row, "greedy_distance")
+    if greedy:
+        farther = _num(row["greedy_distance"]) > _num(row["distance"])
+        text += (f"; greedy at {greedy}, " + ("farther from human text and " if farther else "")
+                 + "never eligible (a sampling default must sample)")
+    return text
+
+
+def _floor_rule_text(row: pd.Series) -> str:
+    cited = [f"{label} {_with_ci(row, name, digits)}" for name, label, digits in FLOOR_RULE_CITED
+             if _with_ci(row, name, digits)]
+    return "; ".join(cited)
 
 
 def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
+    """Pass: the table is complete (every cell, greedy, the human row), a default is chosen with its
+    numbers and kept count, and the min-p decision is stated. A rule that found no cell inside its
+    threshold (the old in-corpus floor) is a finding in the verdict, not a failure."""
     title = "M2 Sampling: full repetition table, a default chosen by a stated rule, min-p decision"
     rcfg = data.config.get("sampling", {}).get("repetition", {})
     repeats = (
@@ -122,7 +199,8 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         if rcfg
         else "n/a"
     )
-    stamps = stamps_for(data, "sp_repetition", repeats, "greedy decoding on the same prompts", machine_fallback)
+    stamps = stamps_for(data, "sp_repetition", repeats, "greedy decoding and held-out human text on the same prompts",
+                        machine_fallback)
     missing = data.missing("sp_distribution", "sp_repetition", "sp_default")
     if missing:
         return Milestone(
@@ -134,29 +212,37 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     expected = set(sampling_cells(data.config["sampling"])) if "sampling" in data.config else set()
     present = set(rep["cell"].astype(str))
     absent = sorted(expected - present)
-    has_greedy = GREEDY_CELL["cell"] in present
+    has_greedy, has_human = GREEDY_CELL["cell"] in present, HUMAN_CELL in present
     problems = []
     if absent:
         problems.append(f"{len(absent)} grid cells absent from the repetition table: {absent[:5]}")
     if not has_greedy:
         problems.append("no greedy row in the repetition table")
+    if not has_human:
+        problems.append("no human reference row in the repetition table")
     drow = default.iloc[0] if len(default) else None
-    chosen_label = str(drow["cell"]) if drow is not None else None
+    chosen = str(drow["cell"]) if drow is not None and str(drow["cell"]) not in ("", "None", "nan") else None
     rule_text = str(drow["rule"]) if drow is not None else ""
     decision = str(drow["min_p_decision"]) if drow is not None else ""
-    if decision:
+    if decision and decision != "nan":
         decision += f" ({drow['min_p_reason']})"
-    if drow is not None and not bool(drow["rule_satisfied"]):
-        problems.append("no cell met the rule's in-corpus share floor, so the default is a fallback")
-    if drow is None or not rule_text:
+    else:
+        decision = ""
+    if chosen is None or not rule_text:
         problems.append("no default setting chosen with a stated rule")
     if not decision:
         problems.append("no min-p decision stated")
+    kept = _kept_for(dist, drow) if drow is not None else None
+    if chosen is not None and kept is None:
+        problems.append(f"no kept-token count for the default {chosen} in the distribution table")
+    kind = str(drow.get("kind", "in_corpus_floor")) if drow is not None else ""
     evidence = {
         "cells_expected": len(expected),
         "cells_present": len(expected & present),
         "greedy_row": has_greedy,
-        "chosen": chosen_label,
+        "human_row": has_human,
+        "chosen": chosen,
+        "rule_kind": kind,
         "rule": rule_text,
         "min_p_decision": decision,
     }
@@ -165,186 +251,45 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
             value = drow[name]
             if isinstance(value, (int, float)) and not isinstance(value, bool) and _num(value) is not None:
                 evidence[f"default_{name}"] = float(value)
-        kept = _kept_for(dist, drow)
         if kept is not None:
             evidence["default_kept"] = kept
-    status = FAIL if problems else PASS
-    cited = []
-    if drow is not None:
-        for name, label, digits in (
-            ("seq_rep_4", "seq-rep-4", 3),
-            ("in_corpus_4gram_share", "in-corpus 4-gram share", 3),
-            ("greedy_seq_rep_4", "greedy seq-rep-4", 3),
-            ("greedy_in_corpus_4gram_share", "greedy in-corpus share", 3),
-            ("in_corpus_floor", "share floor", 3),
-            ("entropy_nats", "entropy (nats)", 3),
-        ):
-            if name in default.columns and _num(drow[name]) is not None:
-                value = f"{_fmt(drow[name], digits)}"
-                lo, hi = f"{name}_ci_low", f"{name}_ci_high"
-                if lo in default.columns and _num(drow[lo]) is not None:
-                    value += f" [{_fmt(drow[lo], digits)}, {_fmt(drow[hi], digits)}]"
-                cited.append(f"{label} {value}")
-    verdict = (
-        (
-            f"Default: {chosen_label}"
-            + (f" ({'; '.join(cited)})" if cited else "")
-            + f". Rule: {rule_text}"
+    verdict = ""
+    if chosen is not None:
+        cited = _human_match_text(drow) if kind == "human_match" else _floor_rule_text(drow)
+        verdict = (
+            f"Default: {chosen}" + (f" ({cited})" if cited else "") + f". Rule: {rule_text}"
             + ("" if rule_text.endswith(".") else ".")
-            + (f" Kept tokens at the prompt: {evidence['default_kept']}." if "default_kept" in evidence else "")
-            + f" Min-p: {decision}"
-            + ("" if decision.endswith(".") else ".")
+            + (f" Kept tokens at the prompt: {kept}." if kept is not None else "")
+            + f" Min-p: {decision}" + ("" if decision.endswith(".") else ".")
         )
-        if drow is not None
-        else ""
-    )
+        if not bool(drow["rule_satisfied"]):
+            verdict += (" Finding: no cell met the rule's threshold (the in-corpus share floor), so the default is "
+                        "the rule's fallback, the cell with the highest in-corpus share.")
     if problems:
         verdict = (verdict + " " if verdict else "") + "Failed: " + "; ".join(problems) + "."
-    return Milestone("M2", title, status, verdict, evidence, stamps, [], problems)
+    headline = _m2_headline(drow, chosen, kind, kept, data.seed_reference.get("sampling", {}))
+    return Milestone("M2", title, FAIL if problems else PASS, verdict, evidence, stamps, [], problems, headline)
+
+
+def _m2_headline(row: pd.Series | None, chosen: str | None, kind: str, kept: int | None, seed: dict) -> str:
+    ref = seed.get("reference_cell", {})
+    theirs = (f"(seed page: T={ref.get('temperature')} top-p {ref.get('top_p')}, {ref.get('kept')} kept, "
+              f"their model)")
+    if row is None or chosen is None:
+        return f"No default sampling setting chosen {theirs}."
+    if kind == "human_match" and _num(row.get("distance")) is not None:
+        number = f"distance to human text {_fmt(row['distance'], 2)}"
+        if _num(row.get("greedy_distance")) is not None:
+            number += f" vs greedy {_fmt(row['greedy_distance'], 2)}"
+    else:
+        number = f"seq-rep-4 {_fmt(row.get('seq_rep_4'), 3)}"
+    return f"Default {chosen}: {number}, {kept if kept is not None else 'n/a'} tokens kept {theirs}."
 
 
 def _kept_for(dist: pd.DataFrame, row: pd.Series) -> int | None:
     """The kept-token count of the distribution table's cell that is the chosen default."""
     match = dist[dist["cell"] == row["cell"]]
     return int(match["kept"].iloc[0]) if len(match) else None
-
-
-# ----------------------------------------------------------------------------------------- M3
-
-
-# Milestone evidence key -> column of speculative_bench.summarise.
-SPEC_EVIDENCE = {
-    "alpha": "alpha",
-    "measured_yield": "tokens_per_target_forward",
-    "formula_E": "formula_tokens_per_target_forward",
-    "rel_error": "formula_rel_error",
-    "speedup_params": "speedup_theory_params",
-    "speedup_time": "speedup_theory_time",
-    "wall_speedup": "wall_speedup",
-    "wall_speedup_min": "wall_speedup_min",
-    "wall_speedup_max": "wall_speedup_max",
-}
-
-
-def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
-    title = "M3 Speculative: chosen draft and k with reason, greedy identity in every case"
-    scfg = data.config.get("speculative", {})
-    repeats = (
-        f"{len(scfg.get('prompts', []))} prompts x {len(scfg.get('seeds', []))} seeds x "
-        f"{scfg.get('new_tokens')} new tokens per group"
-        if scfg
-        else "n/a"
-    )
-    stamps = stamps_for(
-        data, "spec_summary", repeats, "plain target sampling (target alone), same prompts and seeds", machine_fallback
-    )
-    missing = data.missing("spec_summary", "spec_identity")
-    if missing:
-        return Milestone(
-            "M3", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
-        )
-    summary = data.require("spec_summary", "draft", "k", *SPEC_EVIDENCE.values())
-    ident = data.require("spec_identity", "identical")
-    best = data.require("spec_best", "criterion", "draft", "k", "reason")
-    chosen = best[best["criterion"] == "chosen"]
-    if chosen.empty:
-        raise ReportInputError(f"{data.paths.get('spec_best', 'spec_best')} has no row with criterion 'chosen'")
-    row = chosen.iloc[0]
-    # the choice row, enriched with the summary's numbers for that group
-    match = summary[(summary["draft"] == row["draft"]) & (summary["k"] == row["k"])]
-    if len(match):
-        row = pd.concat([match.iloc[0], row[~row.index.isin(match.columns)]])
-    identical = ident["identical"]
-    n_ok, n_all = int(identical.astype(bool).sum()), int(len(identical))
-    ev = {"draft": str(row["draft"]), "k": int(row["k"]), "greedy_identical": n_ok, "greedy_cases": n_all}
-    for key, column in SPEC_EVIDENCE.items():
-        if column in row.index and _num(row[column]) is not None:
-            ev[key] = float(row[column])
-    reason = str(row["reason"])  # speculative_bench.best_groups' own sentence
-    ev["reason"] = reason
-    problems = []
-    if n_ok != n_all or n_all == 0:
-        problems.append(f"greedy speculative output differs from target greedy in {n_all - n_ok} of {n_all} cases")
-    verdict = f"Chosen: draft {ev['draft']}, k = {ev['k']}; {reason}. Greedy identity {n_ok}/{n_all}."
-    if problems:
-        verdict += " Failed: " + "; ".join(problems) + "."
-    return Milestone("M3", title, FAIL if problems else PASS, verdict, ev, stamps, [], problems)
-
-
-# ----------------------------------------------------------------------------------------- M4
-
-
-def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
-    title = "M4 Quantization: a bit width and method with loss increase below the noise floor"
-    stamps = stamps_for(
-        data,
-        "quant_summary",
-        "one pass over the full validation split per scheme",
-        "fp32 weights of the same checkpoint",
-        machine_fallback,
-    )
-    missing = data.missing("quant_summary", "noise_floor")
-    if missing:
-        return Milestone(
-            "M4", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
-        )
-    summary = data.require("quant_summary", "scheme", "delta_loss")
-    nf = data.require("noise_floor", "floor", "floor_source")
-    choice = data.require("quant_choice", "scheme", "delta_loss", "reason", "measured")
-    if choice.empty:
-        raise ReportInputError(f"{data.paths.get('quant_choice', 'quant_choice')} has no row")
-    floor = float(nf["floor"].iloc[0])
-    stamps["repeats"] += f"; noise floor from {len(nf)} training runs ({nf['floor_source'].iloc[0]})"
-    # The choice is quant_bench.choose_scheme's; scheme "none" (delta NaN) says no scheme qualifies.
-    row = choice.iloc[0]
-    choice_reason = None
-    if _num(row["delta_loss"]) is None or str(row["scheme"]) == "none":
-        choice_reason = row["reason"]
-        row = None
-    else:
-        match = summary[summary["scheme"] == row["scheme"]]
-        if len(match):
-            row = pd.concat([match.iloc[0], row[~row.index.isin(match.columns)]])
-    what = str(choice.iloc[0]["measured"])  # the quantization job's own statement
-    ev = {"noise_floor": floor, "schemes": int(len(summary)), "measured": what}
-    problems = []
-    if row is None:
-        best = summary.loc[summary["delta_loss"].astype(float).idxmin()]
-        ev.update({"best_scheme": str(best["scheme"]), "best_delta_loss": float(best["delta_loss"])})
-        problems.append(
-            f"no scheme's loss increase is below the noise floor {floor:.4f} "
-            f"(smallest: {best['scheme']} {float(best['delta_loss']):+.4f})"
-        )
-        verdict = "No scheme chosen" + (f": {choice_reason}" if choice_reason else "") + "."
-    else:
-        delta = float(row["delta_loss"])
-        ev.update({"scheme": str(row["scheme"]), "delta_loss": delta})
-        for name in (
-            "bits",
-            "method",
-            "effective_bits_per_weight",
-            "kl_mean_nats",
-            "top1_agreement",
-            "loss",
-            "speed_status",
-            "speedup_vs_fp32",
-        ):
-            if name in row.index:
-                ev[name] = row[name] if isinstance(row[name], str) else _num(row[name])
-        if not delta < floor:
-            problems.append(f"chosen scheme's loss increase {delta:+.4f} is not below the floor {floor:.4f}")
-        bits_eff = ev.get("effective_bits_per_weight")
-        verdict = (
-            f"Chosen: {row['scheme']} (delta loss {delta:+.4f} against noise floor {floor:.4f}"
-            + (f", {_fmt(bits_eff, 2)} effective bits per weight" if bits_eff else "")
-            + ")"
-            + f"; {row['reason']}"
-            + "."
-        )
-    verdict += f" Measured: {what}."
-    if problems:
-        verdict += " Failed: " + "; ".join(problems) + "."
-    return Milestone("M4", title, FAIL if problems else PASS, verdict, ev, stamps, [], problems)
 
 
 # ------------------------------------------------------------------------------------- all

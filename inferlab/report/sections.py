@@ -10,10 +10,16 @@ from inferlab.report import figures as F
 from inferlab.report.document import Document
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import Milestone, kv_ratio_by_length
+from inferlab.report.verdicts import contended
+
+ENGINE_COLUMNS = ["engine", "engine_used"]  # shown first in every table with one block per engine
+HUMAN_CELL = "human"  # repetition.HUMAN
+ROW_KINDS = {"greedy": "greedy (baseline)", HUMAN_CELL: "reference: validation text (human)"}
 
 
 def status_table(milestones: list[Milestone]) -> pd.DataFrame:
-    return pd.DataFrame([{"milestone": m.id, "status": m.status.upper(), "verdict": m.verdict} for m in milestones])
+    return pd.DataFrame([{"milestone": m.id, "status": m.status.upper(), "headline": m.headline, "verdict": m.verdict}
+                         for m in milestones])
 
 
 def select_columns(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -90,6 +96,8 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
                 "floor_fixed",
                 "floor_source",
                 "floor",
+                "floor_reliable",
+                "floor_reliability_note",
             ],
         ).copy()
         t["floor, seed page (theirs)"] = seed.get("noise_floor", {}).get("floor")
@@ -103,6 +111,8 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
             f"{snf.get('floor')} ({snf.get('sigmas')} sigma over their {snf.get('runs')} runs, std {snf.get('std')}, "
             f"range {snf.get('range')}; their model, their machine).",
         )
+        if "floor_reliable" in nf.columns and not bool(nf["floor_reliable"].iloc[0]):
+            doc.add("note", f"Unreliable floor: {nf['floor_reliability_note'].iloc[0]}.")
     else:
         doc.add("p", "MISSING: results/noise_floor.parquet.")
 
@@ -128,17 +138,29 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
         return
     ratios = kv_ratio_by_length(data.table("kv_summary"))
     if int(ratios["length"].max()) >= kv.get("max_length", 256):
+        # their CPU number sits beside our eager (seed-faithful) row only
+        eager = ratios["engine"] == "eager" if "engine" in ratios.columns else pd.Series(True, index=ratios.index)
         ratios["ratio at 256, seed page (theirs, CPU)"] = [
-            kv.get("cpu_ratio_at_256") if int(v) == 256 else None for v in ratios["length"]
+            kv.get("cpu_ratio_at_256") if int(v) == 256 and e else None
+            for v, e in zip(ratios["length"], eager, strict=True)
         ]
     doc.add("h3", "Measured")
-    doc.add("table", ratios, "Speed ratio no-cache / cache per generated length (median of paired reps, min-max)")
+    doc.add(
+        "table",
+        ratios,
+        "Speed ratio no-cache / cache per engine and generated length (median of paired reps, min-max); "
+        "eager is the seed-faithful engine, compiled removes per-step overhead",
+    )
+    if contended(data, "kv_timings", "kv_summary", "kv_steps", "kv_profile"):
+        doc.add("note", "CONTENDED: other work loaded the machine while these timings ran (contended = True); "
+                "they are not comparable with an idle run.")
     summ = data.table("kv_summary")
     doc.add(
         "table",
         select_columns(
             summ,
             [
+                *ENGINE_COLUMNS,
                 "length",
                 "mode",
                 "reps",
@@ -150,9 +172,10 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
                 "kv_bytes_per_token",
                 "device",
                 "threads",
+                "contended",
             ],
         ),
-        "Per-mode timings (results/kvcache/summary.parquet)",
+        "Per-engine, per-mode timings (results/kvcache/summary.parquet)",
     )
     doc.add(
         "note",
@@ -168,9 +191,11 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
             select_columns(
                 fit,
                 [
+                    *ENGINE_COLUMNS,
                     "length",
                     "a_ms",
                     "b_ms_per_position",
+                    "a_cache_ms",
                     "r2",
                     "fixed_share_no_cache",
                     "predicted_ratio",
@@ -178,17 +203,18 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
                     "flop_estimate_ratio",
                 ],
             ),
-            "Fit of the no-cache step time as a + b*positions, and the ratios it predicts",
+            "Fit of the no-cache step time as a + b*positions per engine, and the ratios it predicts",
         )
     prof = data.table("kv_profile")
     if prof is not None:
         doc.add(
             "table",
             select_columns(
-                prof.head(10),
-                ["rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms", "op_ms", "op_share"],
+                prof.groupby("engine", sort=False).head(10) if "engine" in prof.columns else prof.head(10),
+                [*ENGINE_COLUMNS, "rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms",
+                 "op_ms", "op_share"],
             ),
-            "torch.profiler on cached decode steps: top operators and operator time vs wall time",
+            "torch.profiler on cached decode steps per engine: top operators and operator time vs wall time",
         )
     roof = data.table("roofline")
     if roof is not None:
@@ -198,6 +224,7 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
                 roof,
                 [
                     "subject",
+                    *ENGINE_COLUMNS,
                     "model",
                     "device",
                     "context_tokens",
@@ -274,12 +301,14 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
     rep = data.table("sp_repetition")
     if rep is not None:
         w = F.repetition_wide(rep)
+        w.insert(1, "row", [ROW_KINDS.get(str(c), "sampled") for c in w["cell"]])
         doc.add(
             "table",
             select_columns(
                 w,
                 [
                     "cell",
+                    "row",
                     "temperature",
                     "top_p",
                     "min_p",
@@ -291,9 +320,12 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
                     "in_corpus_4gram_share",
                     "in_corpus_4gram_share_ci_low",
                     "in_corpus_4gram_share_ci_high",
+                    "nll_per_token",
+                    "zipf_coefficient",
                 ],
             ),
-            "Repetition per cell: mean and bootstrap 95% CI over prompts x samples",
+            "Repetition per cell: mean and bootstrap 95% CI over prompts x samples; the 'human' row is held-out "
+            "validation text scored the same way, the reference the cells are measured against (not model output)",
         )
         sr = seed.get("sampling", {})
         doc.add(
@@ -306,14 +338,32 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
         doc.add("figure", "sampling_repetition", F.FIGURES["sampling_repetition"])
     else:
         missing_note(doc, data, "sp_repetition")
-    samples = data.table("sp_samples")
-    if samples is not None and "text" in samples.columns:
-        ex = samples.drop_duplicates("cell").head(8).copy()
-        ex["text"] = ex["text"].astype(str).str.slice(0, 60)
+    distances = data.table("sp_distance")
+    if distances is not None:
+        terms = [c for c in distances.columns if c.startswith("term_")]
         doc.add(
             "table",
-            select_columns(ex, ["cell", "prompt", "sample", "seq_rep_4", "in_corpus_4gram_share", "text"]),
-            "Example generations (first 60 characters; model output)",
+            select_columns(
+                distances.sort_values("distance"),
+                ["cell", "truncation", "temperature", "top_p", "min_p", "distance", "distance_ci_low",
+                 "distance_ci_high", "eligible", "chosen", *terms],
+            ),
+            "Distance of each cell to held-out human text (sum of |cell - human| / spread over the metrics; "
+            "95% bootstrap CI), closest first; greedy is scored but not eligible as a default",
+        )
+    samples = data.table("sp_samples")
+    if samples is not None and "text" in samples.columns:
+        ex = samples.drop_duplicates("cell")
+        human = ex[ex["cell"] == HUMAN_CELL]
+        ex = pd.concat([ex[ex["cell"] != HUMAN_CELL].head(8), human]).copy()
+        ex["text"] = ex["text"].astype(str).str.slice(0, 60)
+        ex.insert(1, "source", ["validation text (human, not model output)" if c == HUMAN_CELL else "model output"
+                                for c in ex["cell"]])
+        doc.add(
+            "table",
+            select_columns(ex, ["cell", "source", "prompt", "sample", "seq_rep_4", "in_corpus_4gram_share", "text"]),
+            "Example texts (first 60 characters): model output per cell, and the held-out validation text "
+            "(the human reference) they are measured against",
         )
     default = data.table("sp_default")
     if default is not None:

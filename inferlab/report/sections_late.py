@@ -6,7 +6,8 @@ from inferlab.report import figures as F
 from inferlab.report.document import Document
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones import Milestone
-from inferlab.report.sections import missing_note, select_columns
+from inferlab.report.sections import ENGINE_COLUMNS, missing_note, select_columns
+from inferlab.report.verdicts import contended
 
 
 def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
@@ -28,6 +29,7 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
         select_columns(
             s,
             [
+                *ENGINE_COLUMNS,
                 "draft",
                 "k",
                 "target_forwards",
@@ -45,10 +47,15 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
                 "wall_speedup",
                 "wall_speedup_min",
                 "wall_speedup_max",
+                "contended",
             ],
         ),
-        "Per group: acceptance, yield vs formula, theoretical and wall-clock speedup",
+        "Per engine and group: acceptance, yield vs formula, c, theoretical and wall-clock speedup (against "
+        "target-only sampling on the same engine)",
     )
+    if contended(data, "spec_summary"):
+        doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; the wall-clock "
+                "speedups are not comparable with an idle run.")
     sp = seed.get("speculative", {})
     doc.add(
         "note",
@@ -65,6 +72,8 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
                 best,
                 [
                     "criterion",
+                    *ENGINE_COLUMNS,
+                    "overall_choice",
                     "description",
                     "draft",
                     "k",
@@ -74,12 +83,13 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
                     "runner_up_value",
                 ],
             ),
-            "Best group by each criterion (the first row is the choice)",
+            "Best group by each criterion, per engine (the first row, criterion 'chosen', is the one overall "
+            "choice; 'chosen_for_engine' is each engine's own pick)",
         )
     ident = data.table("spec_identity")
     if ident is not None:
         col = "identical"
-        keys = [c for c in ("draft", "k") if c in ident.columns]
+        keys = [c for c in ("engine", "draft", "k") if c in ident.columns]
         agg = ident.groupby(keys)[col].agg(identical="sum", cases="count").reset_index() if keys else None
         if agg is not None:
             doc.add("table", agg, "Greedy speculative output vs target greedy, cases identical per group")
@@ -141,6 +151,9 @@ def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -
         f"+{sq.get('int4_per_tensor_sym_delta')}, INT4 GPTQ +{sq.get('int4_gptq_delta')}; {sq.get('int3')}; "
         f"{sq.get('measured')}.",
     )
+    if nf is not None and "floor_reliable" in nf.columns and not bool(nf["floor_reliable"].iloc[0]):
+        doc.add("note", f"Unreliable noise floor: {nf['floor_reliability_note'].iloc[0]}; a scheme 'within noise' "
+                "may only be within an underestimated floor.")
     doc.add("figure", "quant_delta", F.FIGURES["quant_delta"])
     doc.add("h3", "Verdict")
     doc.add("milestone", m)

@@ -17,6 +17,7 @@ MACHINE_KEYS = (
     "torch_threads",
     "device",
     "device_name",
+    "node",
     "torch_version",
     "os",
     "git_commit",
@@ -97,6 +98,38 @@ def stamps_for(
     }
 
 
+def stamp_lines(stamps: dict) -> list[str]:
+    """The stamp lines under a milestone: model, machine (with its node), repeats, baseline, and the
+    timing caveats (contended, different nodes) when the check found them."""
+    model, machine = stamps.get("model") or {}, stamps.get("machine") or {}
+    sha = str(model.get("checkpoint_sha256") or "n/a")
+    dirty = {True: " (dirty)", False: "", None: " (dirty flag unknown)"}.get(machine.get("git_dirty"), "")
+    lines = [
+        f"Model: {model.get('model')}, {_plain(model.get('params'))} params, checkpoint sha256 {sha[:16]}…, "
+        f"val loss {_plain(model.get('val_loss'))}",
+        f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')})"
+        + (f" on node {machine['node']}" if machine.get("node") else "")
+        + f", CPU {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch "
+        f"threads, torch {machine.get('torch_version')}, {machine.get('os')}, "
+        f"git {str(machine.get('git_commit'))[:12]}{dirty}"
+        + (f" [stamp from {machine.get('source')}]" if machine.get("source") not in (None, "table provenance") else ""),
+        f"Repeats: {stamps.get('repeats')}",
+        f"Baseline: {stamps.get('baseline')}",
+    ]
+    if stamps.get("contended"):
+        lines.append("Timing: contended (other work loaded the machine during the timing jobs)")
+    if len(stamps.get("nodes") or []) > 1:
+        lines.append(f"Timing: not comparable (different nodes: {', '.join(stamps['nodes'])})")
+    return lines
+
+
+def _plain(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
 
 # ------------------------------------------------------------------------------------- table
 
@@ -111,6 +144,7 @@ def milestones_table(milestones: list) -> pd.DataFrame:
                 "milestone": m.id,
                 "title": m.title,
                 "status": m.status,
+                "headline": m.headline,
                 "verdict": m.verdict,
                 "evidence_json": json.dumps(m.evidence, ensure_ascii=False, sort_keys=True, default=str),
                 "problems": "; ".join(m.problems),
@@ -124,6 +158,7 @@ def milestones_table(milestones: list) -> pd.DataFrame:
                 "machine_torch_threads": machine.get("torch_threads"),
                 "machine_device": machine.get("device"),
                 "machine_device_name": machine.get("device_name"),
+                "machine_node": machine.get("node"),
                 "machine_torch_version": machine.get("torch_version"),
                 "machine_os": machine.get("os"),
                 "machine_git_commit": machine.get("git_commit"),

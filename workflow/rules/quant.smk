@@ -37,6 +37,7 @@ rule quant_scheme:
         # only the calibrating schemes get the GPTQ settings: editing them reruns only those jobs
         gptq=lambda w: QUANT["gptq"] if SCHEMES[w.scheme].method == "gptq" else None,
         speed=QUANT["speed"],
+        engines=config["engine"],
     log:
         "logs/quant_scheme/{scheme}.log",
     benchmark:
