@@ -131,6 +131,7 @@ def test_a_stale_input_turns_its_milestone_stale_and_the_stamps_name_the_code(tm
     assert table.loc["M4", "status"] == STALE_STATUS and "quant_summary" in table.loc["M4", "problems"]
     markdown = Path(paths.markdown).read_text(encoding="utf-8")
     assert "**M4 STALE**" in markdown and "code kvcache_summary kkkkkkkkkkkk" in markdown
+    assert table.loc["M4", "headline"].startswith("STALE (rebuild quant_summary)")
     assert "Code lineage of the inputs" in markdown
     metrics = pd.read_parquet(paths.review.metrics).set_index(["experiment", "metric", "key"])
     assert metrics.loc[("milestones", "status", "M4"), "text_value"] == STALE_STATUS

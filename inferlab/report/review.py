@@ -64,6 +64,8 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
             m.verdict = (f"STALE: {', '.join(stale)} no longer match the current code or inputs; rebuild them "
                          f"(the checks said {m.status}). " + m.verdict)
             m.status = STALE_STATUS
+            if getattr(m, "headline", ""):
+                m.headline = f"STALE (rebuild {', '.join(stale)}): {m.headline}"
     return milestones
 
 
