@@ -96,12 +96,13 @@ def _value(value, text) -> object:
 def changes_table(diff: pd.DataFrame) -> pd.DataFrame:
     """What needs a look (flips first), as the report shows it."""
     shown = diff[diff["verdict"].isin(SHOWN)]
+    texts = shown["old_text"].notna() | shown["new_text"].notna()  # a status or a choice: no Δ
     return pd.DataFrame({
         "verdict": shown["verdict"], "experiment": shown["experiment"], "metric": shown["metric"],
         "key": shown["key"],
         "old": [_value(v, t) for v, t in zip(shown["old"], shown["old_text"], strict=True)],
         "new": [_value(v, t) for v, t in zip(shown["new"], shown["new_text"], strict=True)],
-        "Δ": shown["delta"], "Δ%": shown["delta_pct"], "noise": shown["noise_kind"],
+        "Δ": shown["delta"].mask(texts), "Δ%": shown["delta_pct"].mask(texts), "noise": shown["noise_kind"],
     })
 
 
