@@ -22,7 +22,6 @@ MACHINE_KEYS = (
     "os",
     "git_commit",
     "git_dirty",
-    "node",  # the host the numbers were measured on (SLURM runs)
 )
 
 
