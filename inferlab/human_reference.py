@@ -13,7 +13,7 @@ import torch
 from inferlab import repetition
 from inferlab.corpus import Vocabulary
 from inferlab.model import GPT
-from inferlab.repetition import HUMAN
+from inferlab.sampling_grid import HUMAN
 
 AFTER_PROMPT = "after_prompt"
 RANDOM_WINDOW = "random_window"

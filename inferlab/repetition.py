@@ -18,11 +18,10 @@ from inferlab.corpus import Vocabulary, encode_prompt
 from inferlab.generate import generate, greedy
 from inferlab.model import GPT
 from inferlab.sampling import counting, make_generators, make_sampler, sample_seed
+from inferlab.sampling_grid import GREEDY
 
 METRICS = ("seq_rep_4", "distinct_1", "distinct_2", "in_corpus_4gram_share", "nll_per_token",
            "zipf_coefficient")
-GREEDY = "greedy"
-HUMAN = "human"
 
 # ---------------------------------------------------------------------------------------------
 # Metrics on one sample's generated token ids (the prompt is never included).

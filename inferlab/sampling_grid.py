@@ -6,7 +6,9 @@ table's baseline (temperature 0 = argmax).
 
 from __future__ import annotations
 
-GREEDY_CELL = {"cell": "greedy", "truncation": "none", "temperature": 0.0, "top_p": 1.0, "min_p": 0.0}
+GREEDY = "greedy"
+HUMAN = "human"  # the human reference row: validation-split text scored like a cell
+GREEDY_CELL = {"cell": GREEDY, "truncation": "none", "temperature": 0.0, "top_p": 1.0, "min_p": 0.0}
 
 
 def sampling_cells(sampling: dict) -> dict[str, dict]:

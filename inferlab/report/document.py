@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.report.milestones import Milestone
+from inferlab.report.stamps import stamp_lines
 
 Block = tuple
 
@@ -69,23 +70,6 @@ def _cells(df: pd.DataFrame) -> list[list[str]]:
     for row in df.itertuples(index=False):
         out.append([fmt(v.item() if hasattr(v, "item") else v) for v in row])
     return out
-
-
-def stamp_lines(stamps: dict) -> list[str]:
-    model, machine = stamps.get("model", {}), stamps.get("machine", {})
-    sha = str(model.get("checkpoint_sha256") or "n/a")
-    dirty = {True: " (dirty)", False: "", None: " (dirty flag unknown)"}.get(machine.get("git_dirty"), "")
-    return [
-        f"Model: {model.get('model')}, {fmt(model.get('params'))} params, checkpoint sha256 {sha[:16]}…, "
-        f"val loss {fmt(model.get('val_loss'))}",
-        f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')}), CPU "
-        f"{machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch threads, "
-        f"torch {machine.get('torch_version')}, {machine.get('os')}, git {str(machine.get('git_commit'))[:12]}{dirty}"
-        + (f", code {stamps['code_sha256']}" if stamps.get("code_sha256") else "")
-        + (f" [stamp from {machine.get('source')}]" if machine.get("source") not in (None, "table provenance") else ""),
-        f"Repeats: {stamps.get('repeats')}",
-        f"Baseline: {stamps.get('baseline')}",
-    ]
 
 
 # ------------------------------------------------------------------------------ HTML

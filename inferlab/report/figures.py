@@ -15,9 +15,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from inferlab.noise import within_noise  # noqa: E402
-from inferlab.repetition import GREEDY as GREEDY_CELL  # noqa: E402
-from inferlab.repetition import HUMAN as HUMAN_CELL  # noqa: E402
 from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
+from inferlab.sampling_grid import GREEDY as GREEDY_CELL  # noqa: E402
+from inferlab.sampling_grid import HUMAN as HUMAN_CELL  # noqa: E402
 
 FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
 

@@ -111,6 +111,7 @@ def stamp_lines(stamps: dict) -> list[str]:
         + f", CPU {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch "
         f"threads, torch {machine.get('torch_version')}, {machine.get('os')}, "
         f"git {str(machine.get('git_commit'))[:12]}{dirty}"
+        + (f", code {stamps['code_sha256']}" if stamps.get("code_sha256") else "")
         + (f" [stamp from {machine.get('source')}]" if machine.get("source") not in (None, "table provenance") else ""),
         f"Repeats: {stamps.get('repeats')}",
         f"Baseline: {stamps.get('baseline')}",
