@@ -247,7 +247,9 @@ CHOICE_CRITERION = "speedup_theory_time"
 
 
 def _reason(row: pd.Series, criterion: str) -> str:
-    return (f"{row['draft']} k={int(row['k'])}: highest {BEST_CRITERIA[criterion]} = {row[criterion]:.3f}; "
+    # the value first, then its definition: "= x" after "c = ..." would read as the value of c
+    return (f"{row['draft']} k={int(row['k'])}: highest {criterion} = {row[criterion]:.3f} "
+            f"({BEST_CRITERIA[criterion]}); "
             f"α {row['alpha']:.3f}, measured {row['tokens_per_target_forward']:.3f} tokens per target forward "
             f"(formula E {row['formula_tokens_per_target_forward']:.3f}), theoretical speedup "
             f"{row['speedup_theory_params']:.2f}x with c by parameters ({row['c_params']:.3f}), "
