@@ -136,6 +136,7 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         out["delta_pct"] = np.where(out["old"].abs() > 0, 100.0 * out["delta"] / out["old"].abs(), np.nan)
     out["noise_kind"] = merged["noise_kind_new"].fillna(merged["noise_kind_old"])
+    out["timing"] = merged["timing_new"].fillna(merged["timing_old"]).astype(bool)
     out["verdict"] = merged["verdict"]
     rank = out["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
     return (out.assign(_rank=rank).sort_values(["_rank", *ID_COLUMNS], kind="stable")

@@ -47,3 +47,20 @@ squeue -t all -o '%.8i %.10T %.10M %.20N' | head -n 40
 
 echo "== deterministic tables: local run vs SLURM run"
 "$REPO/.venv/bin/python" tools/compare_runs.py "$LOCAL_RUN" "$WORK"
+
+# Issue 14's reviewer diff between two independent quick runs (local and SLURM, same node):
+# every deterministic metric must agree; timings are shown with their verdicts but not judged.
+echo "== diff: local quick run -> SLURM quick run (python -m inferlab.diff)"
+"$REPO/.venv/bin/python" -m inferlab.diff "$LOCAL_RUN/results/metrics.parquet" "$WORK/results/metrics.parquet" \
+    --table "$WORK/diff.csv"
+"$REPO/.venv/bin/python" - "$WORK/diff.csv" <<'PY'
+import sys
+
+import pandas as pd
+
+diff = pd.read_csv(sys.argv[1])
+moved = diff[~diff["timing"] & diff["verdict"].isin(["changed", "flipped", "added", "removed"])]
+print(f"{len(diff)} metrics compared, {int(diff['timing'].sum())} of them timings; "
+      f"{len(moved)} deterministic metrics moved")
+sys.exit(f"deterministic metrics differ between the local and the SLURM run:\n{moved.to_string()}" if len(moved) else 0)
+PY
