@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from inferlab.corpus import Vocabulary, encode_prompt
+from inferlab.checkpoint import load_checkpoint, load_token_ids
+from inferlab.corpus import Vocabulary, encode_prompt, load_vocabulary
 from inferlab.generate import generate, greedy
 from inferlab.model import GPT
 from inferlab.sampling import counting, make_generators, make_sampler, sample_seed
@@ -56,6 +58,15 @@ def seq_rep_n(ids: Sequence[int], n: int = 4) -> float:
 def corpus_ngram_index(train_ids: Sequence[int] | np.ndarray, base: int, n: int = 4) -> np.ndarray:
     """Sorted unique int64 keys of every n-gram of the training text (for searchsorted lookups)."""
     return np.unique(ngram_keys(train_ids, n, base))
+
+
+def load_scorer(meta_path: str | Path, vocab_path: str | Path, vocab_sha256: str,
+                train_path: str | Path) -> tuple[GPT, dict, Vocabulary, np.ndarray]:
+    """What a cell job and the human job score with: the target (checked against the corpus's
+    vocabulary), its meta.json, the vocabulary and the training text's 4-gram index."""
+    vocab = load_vocabulary(vocab_path)
+    model, meta = load_checkpoint(Path(meta_path).parent, expected_vocab_sha256=vocab_sha256)
+    return model, meta, vocab, corpus_ngram_index(load_token_ids(train_path).numpy(), base=len(vocab))
 
 
 def in_corpus_share(ids: Sequence[int], index: np.ndarray, base: int, n: int = 4) -> float:

@@ -1,26 +1,21 @@
 """One repetition cell: prompts x samples x new tokens, scored per sample."""
 
-from pathlib import Path
-
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 from tqdm import tqdm
 
-from inferlab.checkpoint import load_checkpoint, load_token_ids, model_stamp
-from inferlab.corpus import load_vocabulary
+from inferlab.checkpoint import model_stamp
 from inferlab.jobs import start_job
 from inferlab.lineage import job_lineage
 from inferlab.provenance import machine_stamp
-from inferlab.repetition import corpus_ngram_index, generate_cell
+from inferlab.repetition import generate_cell, load_scorer
 from inferlab.stamps import job_stamps
 from inferlab.tables import read_json, write_table
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 p = smk.params
-vocab = load_vocabulary(smk.input.vocab)
-model, meta = load_checkpoint(Path(smk.input.meta).parent,
-                              expected_vocab_sha256=read_json(smk.input.stats)["vocab_sha256"])
-index = corpus_ngram_index(load_token_ids(smk.input.train).numpy(), base=len(vocab))
+model, meta, vocab, index = load_scorer(smk.input.meta, smk.input.vocab, read_json(smk.input.stats)["vocab_sha256"],
+                                        smk.input.train)
 with tqdm(total=len(p.prompts) * p.new_tokens, desc=p.cell["cell"], file=log, mininterval=2) as bar:
     rows = generate_cell(model, vocab, p.cell, p.prompts, p.samples, p.new_tokens, p.seed, index,
                          on_step=bar.update)
