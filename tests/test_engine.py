@@ -130,3 +130,34 @@ def test_timing_tables_carry_the_engine_actually_used(pair):
     assert set(table["engine"]) == {"compiled"} and set(table["engine_used"]) == {"eager"}
     assert set(table["engine_fallback_reason"]) == {"RuntimeError: no compiler"}
     assert table["same_output"].all()
+
+
+def test_decode_reductions_equal_gemm_and_sdpa():
+    """The decode step's reduction forms compute what F.linear and SDPA compute, masked slots included."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80, bias=False)
+    x = torch.randn(1, 2, 48)
+    torch.testing.assert_close(engine_module.gemv_linear(linear, x), linear(x), atol=1e-5, rtol=1e-5)
+    q, k, v = torch.randn(1, 2, 2, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
+    mask = torch.arange(16)[None, :] <= torch.tensor([5, 6])[:, None]
+    k_garbage, v_garbage = k.clone(), v.clone()
+    k_garbage[:, :, 7:], v_garbage[:, :, 7:] = 1e4, -1e4  # slots past every query: must not count
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    got = engine_module.masked_attention(q, k_garbage, v_garbage, mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_gemv_leaves_other_modules_to_their_own_forward():
+    """A quantised kernel or a biased layer is called as it is, never read as a plain weight."""
+    biased = torch.nn.Linear(8, 4, bias=True)
+    x = torch.randn(1, 1, 8)
+    torch.testing.assert_close(engine_module.gemv_linear(biased, x), biased(x))
+    calls = []
+
+    class Recording(torch.nn.Module):
+        def forward(self, inputs):
+            calls.append(inputs.shape)
+            return inputs[..., :4]
+
+    engine_module.gemv_linear(Recording(), x)
+    assert calls == [x.shape]
