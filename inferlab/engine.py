@@ -87,24 +87,30 @@ class EagerEngine:
 
 # --------------------------------------------------------------------------- static forward
 
-# Up to this many tokens a forward runs as reductions; measured (ms, ref_baseline, compiled):
-# T=1 1.4 against 2.3 with GEMM, T=2 3.2 against 3.8, T=4 4.6 against 5.5, T=9 9.5 against 4.4.
+# Up to this many rows (batch x tokens) a forward runs as reductions. Measured on ref_baseline,
+# compiled, 2 cores (ms per forward, reductions against GEMM): 1 row 1.4 against 2.3, 2 rows 2.3-3.2
+# against 3.8-4.1; from 4 rows GEMM wins (4.6 against 3.7-5.5, 9 rows 9.5 against 3.5-6.3),
+# because the reduction streams the weights once per row. Laying the product out (N, rows) to
+# reuse each weight row across rows made inductor emit a loop 10-20x slower.
 GEMV_MAX_ROWS = 2
 
 
-def gemv_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A bias-free nn.Linear for a few rows as an elementwise product and a sum over the inputs.
+def rows_times_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x (..., K) @ weight (N, K).T for a few rows, as an elementwise product and a sum over K.
 
-    For decode (one to k+1 rows) this is a matrix-vector product, which MKL's GEMM runs at a
-    fraction of the memory bandwidth (about 2 ms for ref_baseline's 17 projections, measured
-    with tools/bench_engine.py). Written as a reduction, inductor emits one vectorised loop
-    that streams each weight row once (about 0.3 ms). Any other module, such as the quantised
-    kernels of Experiment 4, keeps its own forward.
+    MKL's GEMM runs a matrix-vector product far below the memory bandwidth (about 2 ms for
+    ref_baseline's 17 projections on 2 cores). Written as a reduction, inductor emits one
+    vectorised loop that streams each weight row once per input row (about 0.3 ms in isolation).
     """
+    return (x.unsqueeze(-2).float() * weight.float()).sum(-1)
+
+
+def gemv_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A bias-free nn.Linear as rows_times_weight; any other module, such as the quantised
+    kernels of Experiment 4, keeps its own forward."""
     if type(module) is not nn.Linear or module.bias is not None:
         return module(x)
-    weight = module.weight
-    return (x.unsqueeze(-2).float() * weight.float()).sum(-1).to(x.dtype)
+    return rows_times_weight(x, module.weight).to(x.dtype)
 
 
 def masked_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -136,15 +142,15 @@ def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
       1. this forward's keys/values are written at input_pos (index_copy_, in place);
       2. attention covers all S buffer slots, masking key positions beyond each query's
          position, so slots left from an earlier, rejected speculation are never seen;
-      3. for at most GEMV_MAX_ROWS tokens (the decode step, the draft's catch-up), projections
-         and attention are written as reductions (gemv_linear, masked_attention), the form
-         inductor compiles into bandwidth-bound loops. More tokens (the verify step, the prefill)
-         keep GEMM and SDPA: the reduction rereads every weight row once per token, and run
-         eagerly it would materialise a (T, out, in) product.
+      3. for at most GEMV_MAX_ROWS rows (batch x tokens: the decode, catch-up and verification
+         steps), projections and attention are written as reductions (gemv_linear,
+         masked_attention), the form inductor compiles into bandwidth-bound loops. More rows (a
+         prompt, a large batch) keep GEMM and SDPA, where GEMM is efficient; a prompt runs
+         eagerly, where the reduction would materialise an (out, rows, in) product.
     Returns logits (B, T, V) float32.
     """
     B, T = idx.shape
-    few_rows = T <= GEMV_MAX_ROWS
+    few_rows = B * T <= GEMV_MAX_ROWS
     project, attend = (gemv_linear, masked_attention) if few_rows else (_module_call, _sdpa)
     cos, sin = model.rope_cos[input_pos], model.rope_sin[input_pos]
     key_pos = torch.arange(k_caches[0].size(2), device=idx.device)
@@ -165,7 +171,7 @@ def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
         x = x + project(mlp.down, F.gelu(project(mlp.up, block.mlp_norm(x))))
     x = model.final_norm(x)
     if few_rows:
-        return (x.unsqueeze(-2).float() * model.tok_emb.weight.float()).sum(-1)
+        return rows_times_weight(x, model.tok_emb.weight)
     return F.linear(x, model.tok_emb.weight).float()
 
 

@@ -136,7 +136,7 @@ def test_decode_reductions_equal_gemm_and_sdpa():
     """The decode step's reduction forms compute what F.linear and SDPA compute, masked slots included."""
     torch.manual_seed(0)
     linear = torch.nn.Linear(48, 80, bias=False)
-    x = torch.randn(1, 2, 48)
+    x = torch.randn(2, 3, 48)  # batch x tokens = 6 rows
     torch.testing.assert_close(engine_module.gemv_linear(linear, x), linear(x), atol=1e-5, rtol=1e-5)
     q, k, v = torch.randn(1, 2, 2, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
     mask = torch.arange(16)[None, :] <= torch.tensor([5, 6])[:, None]
