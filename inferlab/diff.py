@@ -32,7 +32,7 @@ import pandas as pd
 
 from inferlab import ledger
 from inferlab.metrics import BOOTSTRAP_CI, EXACT, ID_COLUMNS, MACHINE_COLUMNS, NOISE_FLOOR, REP_RANGE
-from inferlab.tables import write_table
+from inferlab.tables import read_provenance, write_table
 
 FLIPPED, CHANGED, ADDED, REMOVED = "flipped", "changed", "added", "removed"
 NOT_COMPARABLE, NO_NOISE, WITHIN, UNCHANGED = "not comparable", "no noise estimate", "within noise", "unchanged"
@@ -164,12 +164,16 @@ def counts(diff: pd.DataFrame) -> dict[str, int]:
     return {v: int((diff["verdict"] == v).sum()) for v in VERDICT_ORDER}
 
 
-def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bool = False) -> str:
-    """The "Changes since …" section: a count line, then the table of what needs a look."""
+def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bool = False,
+                note: str | None = None) -> str:
+    """The "Changes since …" section: a count line, any note (configs differ), then the table of
+    what needs a look."""
     tally = counts(diff)
     lines = [f"## Changes since {old_label}", "",
              f"Comparing **{new_label}** against **{old_label}**: "
              + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + ".", ""]
+    if note:
+        lines += [note, ""]
     shown = diff if show_all else diff[diff["verdict"].isin(SHOWN)]
     if shown.empty:
         lines.append("No metric changed beyond its noise.")
@@ -273,8 +277,29 @@ class Changes:
     figure_png: bytes | None
 
 
+def config_of(path: Path) -> str | None:
+    """The config_sha256 a metrics table was made with: a ledger entry's manifest, else the
+    parquet's provenance (results/metrics.parquet and a pinned reference carry it); None if unknown."""
+    path = Path(path)
+    if path.is_dir():
+        return ledger.read_manifest(path).get("config_sha256")
+    try:
+        return read_provenance(path).get("config_sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def config_note(old_config: str | None, new_config: str | None) -> str | None:
+    """A warning when the two runs' configurations differ, so that every 'changed' is read as
+    the configuration's effect first; None when they agree or either is unknown."""
+    if not old_config or not new_config or old_config == new_config:
+        return None
+    return (f"**The two runs used different configurations** (config sha256 {old_config[:12]} → "
+            f"{new_config[:12]}): differences below mix the configuration's effect with the code's.")
+
+
 def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
-                  reference: Path = DEFAULT_REFERENCE) -> Changes:
+                  reference: Path = DEFAULT_REFERENCE, new_config: str | None = None) -> Changes:
     """The diff of this run's table against the latest ledger entry, else the pinned reference.
 
     Call it before this run is appended to the ledger (the report must show the diff, and the
@@ -287,7 +312,8 @@ def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
                        f"reference ({reference}): nothing to compare with yet.\n", None)
     old = load(old_path)
     table = diff_metrics(old, new)
-    return Changes(_label(old_path), table, to_markdown(table, _label(old_path), "this run"),
+    note = config_note(config_of(old_path), new_config)
+    return Changes(_label(old_path), table, to_markdown(table, _label(old_path), "this run", note=note),
                    diff_figure(old, new))
 
 
@@ -353,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.pin:
             source = args.old or default_new(args.history)
-            write_table(load(source), args.reference)
+            write_table(load(source), args.reference, provenance={"config_sha256": config_of(source)})
             print(f"pinned {_label(source)} as {args.reference}; commit it: git add -f {args.reference}")
             return 0
         new_path = args.new or default_new(args.history)
@@ -364,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"inferlab.diff: {err}", file=sys.stderr)
         return 2
     diff = diff_metrics(old_table, new_table)
-    markdown = to_markdown(diff, _label(old_path), _label(new_path), show_all=args.all)
+    markdown = to_markdown(diff, _label(old_path), _label(new_path), show_all=args.all,
+                           note=config_note(config_of(old_path), config_of(new_path)))
     print(markdown)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)

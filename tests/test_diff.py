@@ -291,3 +291,23 @@ def test_milestone_card_lines_name_the_flip_and_the_change():
     assert lines["M4"].startswith("flipped pass → fail")
     assert "chosen_scheme chosen: int4_per_channel_sym → int4_g32_sym" in lines["M4"]
     assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]
+
+
+def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):
+    """Pinning keeps the run's config hash; a diff or report against a run of another config says so."""
+    from inferlab import ledger
+    from inferlab.tables import write_table
+
+    history = tmp_path / "history"
+    full = ledger.append_run(history, run_metrics(), {"config_sha256": "a" * 64}, [])
+    reference = tmp_path / "reference" / "metrics.parquet"
+    assert diff.main(["--pin", "--reference", str(reference), str(full)]) == 0
+    assert diff.config_of(reference) == "a" * 64
+    quick = tmp_path / "metrics.parquet"
+    write_table(run_metrics(), quick, provenance={"config_sha256": "b" * 64})
+    capsys.readouterr()
+    assert diff.main(["--reference", str(reference), str(reference), str(quick)]) == 0
+    assert "different configurations" in capsys.readouterr().out
+    other = diff.changes_since(run_metrics(), tmp_path / "empty", reference, new_config="b" * 64)
+    same = diff.changes_since(run_metrics(), tmp_path / "empty", reference, new_config="a" * 64)
+    assert "different configurations" in other.markdown and "different configurations" not in same.markdown

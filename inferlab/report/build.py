@@ -74,7 +74,8 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     if lineage is not None:
         review.mark_stale(milestones, lineage)
     metrics = run_metrics(data, milestones)
-    changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference))
+    changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference),
+                             new_config=run.get("config_sha256"))
                if paths.review else Changes(None, None, "## Changes since …\n\nNot compared: this report was "
                                             "written without a ledger.\n", None))
     blocks = {"opening": review.opening_blocks(milestones, changes), "provenance": review.lineage_blocks(lineage)}
