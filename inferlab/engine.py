@@ -142,11 +142,11 @@ def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
       1. this forward's keys/values are written at input_pos (index_copy_, in place);
       2. attention covers all S buffer slots, masking key positions beyond each query's
          position, so slots left from an earlier, rejected speculation are never seen;
-      3. for at most GEMV_MAX_ROWS rows (batch x tokens: the decode, catch-up and verification
-         steps), projections and attention are written as reductions (gemv_linear,
-         masked_attention), the form inductor compiles into bandwidth-bound loops. More rows (a
-         prompt, a large batch) keep GEMM and SDPA, where GEMM is efficient; a prompt runs
-         eagerly, where the reduction would materialise an (out, rows, in) product.
+      3. for at most GEMV_MAX_ROWS rows (batch x tokens: the decode step, the draft's 2-token
+         catch-up, the k=1 verification), projections and attention are written as reductions
+         (gemv_linear, masked_attention), the form inductor compiles into bandwidth-bound loops.
+         More rows (wider verifications, a prompt, a large batch) keep GEMM and SDPA; a prompt
+         runs eagerly, where the reduction would materialise an (out, rows, in) product.
     Returns logits (B, T, V) float32.
     """
     B, T = idx.shape
