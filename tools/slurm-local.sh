@@ -33,7 +33,7 @@ require_root_and_apt() {
 install_packages() {
     local missing=()
     for p in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+        [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *"install ok installed"* ]] || missing+=("$p")
     done
     [[ ${#missing[@]} -eq 0 ]] && return
     say "installing ${missing[*]}"
@@ -71,7 +71,7 @@ write_config() {
 wait_for_node() {
     local i
     for i in $(seq 1 30); do
-        if sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+        if [[ $(sinfo -h -N -o '%T' 2>/dev/null) =~ (^|$'\n')(idle|mixed|allocated) ]]; then
             return
         fi
         sleep 1

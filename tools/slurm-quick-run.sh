@@ -45,8 +45,10 @@ start=$(date +%s)
 echo "== quick workflow through SLURM took $(( $(date +%s) - start )) s"
 submitted=$(cat "$WORK"/.snakemake/log/*.snakemake.log | grep -c "submitted with SLURM jobid" || true)
 echo "== $submitted jobs ran as SLURM jobs; the first ones and what squeue still knows:"
-grep -h "submitted with SLURM jobid" "$WORK"/.snakemake/log/*.snakemake.log | head -n 3
-squeue -t all -o '%.8i %.10T %.10M %.20N' | head -n 40
+# awk reads its whole input: `| head` would close the pipe early, and under pipefail the
+# writer's SIGPIPE (exit 141) would fail the step after the workflow itself succeeded.
+awk '/submitted with SLURM jobid/ && n++ < 3' "$WORK"/.snakemake/log/*.snakemake.log
+squeue -t all -o '%.8i %.10T %.10M %.20N' | awk 'NR <= 40'
 [[ $submitted -gt 0 ]] || { echo "no job went through SLURM" >&2; exit 1; }
 
 echo "== deterministic tables: local run vs SLURM run"
