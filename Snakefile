@@ -5,7 +5,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
-include: "workflow/rules/train.smk"
+include: "workflow/rules/training.smk"
 include: "workflow/rules/kvcache.smk"
 include: "workflow/rules/sampling.smk"
 include: "workflow/rules/speculative.smk"

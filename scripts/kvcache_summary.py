@@ -3,13 +3,14 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.checkpoint import model_stamp
-from inferlab.jobs import start_job
-from inferlab.kvbench import by_engine, fit_table, summarize_timings
-from inferlab.lineage import job_lineage
-from inferlab.model import GPTConfig
-from inferlab.stamps import carried_stamps
-from inferlab.tables import read_json, read_provenance, read_table, write_table
+from inferlab.core.checkpoint import model_stamp
+from inferlab.core.engine import by_engine
+from inferlab.core.model import GPTConfig
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import carried_stamps
+from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
+from inferlab.kvcache.bench import fit_table, summarize_timings
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
@@ -24,7 +25,7 @@ provenance = carried_stamps(first, model=model_stamp(meta, smk.params.model_name
                             machines_per_length={path: p["machine"] for path, p in per_length.items()},
                             contention_per_length={path: p.get("contention") for path, p in per_length.items()})
 summary = by_engine(summarize_timings, timings.drop(columns="contended", errors="ignore"))
-fit = by_engine(fit_table, timings.drop(columns="contended", errors="ignore"),
+fit = by_engine(fit_table, timings.drop(columns="contended", errors="ignore"), summary,
                 steps.drop(columns="contended", errors="ignore"), config=GPTConfig.from_dict(meta["model_config"]))
 summary["contended"] = fit["contended"] = contended
 write_table(timings, smk.output.timings, provenance=provenance)

@@ -5,16 +5,16 @@ from pathlib import Path
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.checkpoint import load_checkpoint, model_stamp
-from inferlab.contention import contention_stamp, load_snapshot, rep_spread
-from inferlab.corpus import encode_prompt, load_vocabulary
-from inferlab.engine import make_engine
-from inferlab.jobs import start_job
-from inferlab.kvbench import time_generation
-from inferlab.lineage import job_lineage
-from inferlab.provenance import machine_stamp, resolve_device
-from inferlab.stamps import job_stamps
-from inferlab.tables import write_table
+from inferlab.core.checkpoint import load_checkpoint, model_stamp
+from inferlab.core.engine import make_engine
+from inferlab.corpus.text import encode_prompt, load_vocabulary
+from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import machine_stamp, resolve_device
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import job_stamps
+from inferlab.jobs.tables import write_table
+from inferlab.kvcache.bench import time_generation
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

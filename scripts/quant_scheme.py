@@ -6,16 +6,16 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 import torch
 
-from inferlab.checkpoint import load_checkpoint, load_token_ids, model_stamp
-from inferlab.corpus import load_vocabulary
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.noise import floor_value
-from inferlab.provenance import machine_stamp
-from inferlab.quant import EMBEDDING_NOTE, SCALE_BITS
-from inferlab.quant_bench import BASELINE, run_scheme
-from inferlab.stamps import job_stamps
-from inferlab.tables import read_table, write_table
+from inferlab.core.checkpoint import load_checkpoint, load_token_ids, model_stamp
+from inferlab.corpus.text import load_vocabulary
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import machine_stamp
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import job_stamps
+from inferlab.jobs.tables import read_table, write_table
+from inferlab.quant.bench import BASELINE, run_scheme
+from inferlab.quant.methods import EMBEDDING_NOTE, SCALE_BITS
+from inferlab.training.noise_floor import floor_value
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

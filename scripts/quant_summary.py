@@ -2,11 +2,11 @@
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.quant_bench import choose_scheme, summary_table
-from inferlab.stamps import carried_stamps
-from inferlab.tables import read_provenance, read_table, write_table
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import carried_stamps
+from inferlab.jobs.tables import read_provenance, read_table, write_table
+from inferlab.quant.bench import choose_scheme, summary_table
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

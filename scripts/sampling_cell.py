@@ -3,13 +3,13 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 from tqdm import tqdm
 
-from inferlab.checkpoint import model_stamp
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.provenance import machine_stamp
-from inferlab.repetition import generate_cell, load_scorer
-from inferlab.stamps import job_stamps
-from inferlab.tables import read_json, write_table
+from inferlab.core.checkpoint import model_stamp
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import machine_stamp
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import job_stamps
+from inferlab.jobs.tables import read_json, write_table
+from inferlab.sampling.repetition import generate_cell, load_scorer
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -4,12 +4,13 @@ decision, and every cell's distance to the human reference."""
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.human_match import cell_distances, choose_human_match
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.repetition import choose_default, wide_summary
-from inferlab.stamps import carried_stamps
-from inferlab.tables import read_provenance, read_table, write_table
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import carried_stamps
+from inferlab.jobs.tables import read_provenance, read_table, write_table
+from inferlab.sampling.human_match import cell_distances, choose_human_match
+from inferlab.sampling.repetition import choose_default
+from inferlab.sampling.summary_table import wide_summary
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -6,15 +6,15 @@ from pathlib import Path
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.checkpoint import load_checkpoint, model_stamp
-from inferlab.corpus import encode_prompt, load_vocabulary
-from inferlab.generate import prefill
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.provenance import machine_stamp
-from inferlab.sampling import distribution_rows, logits_export
-from inferlab.stamps import job_stamps
-from inferlab.tables import read_json, write_json, write_table
+from inferlab.core.checkpoint import load_checkpoint, model_stamp
+from inferlab.core.generate import prefill
+from inferlab.core.sampler import distribution_rows, logits_export
+from inferlab.corpus.text import encode_prompt, load_vocabulary
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import machine_stamp
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import job_stamps
+from inferlab.jobs.tables import read_json, write_json, write_table
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -3,14 +3,14 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import numpy as np
 
-from inferlab.checkpoint import load_token_ids, model_stamp
-from inferlab.human_reference import score_human
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.provenance import machine_stamp
-from inferlab.repetition import load_scorer
-from inferlab.stamps import job_stamps
-from inferlab.tables import read_json, write_table
+from inferlab.core.checkpoint import load_token_ids, model_stamp
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import machine_stamp
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import job_stamps
+from inferlab.jobs.tables import read_json, write_table
+from inferlab.sampling.human_reference import score_human
+from inferlab.sampling.repetition import load_scorer
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -4,11 +4,11 @@ sample's metrics (for the default rule's distance CI), and a few example texts."
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.jobs import start_job
-from inferlab.lineage import job_lineage
-from inferlab.repetition import example_texts, summarise
-from inferlab.stamps import carried_stamps
-from inferlab.tables import read_provenance, read_table, write_table
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.setup import start_job
+from inferlab.jobs.stamps import carried_stamps
+from inferlab.jobs.tables import read_provenance, read_table, write_table
+from inferlab.sampling.repetition import example_texts, summarise
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from inferlab.corpus import (
+from inferlab.corpus.text import (
     UNK,
     Vocabulary,
     chapter_starts,
@@ -83,7 +83,7 @@ def test_prepare_rejects_too_small_vocabulary_source():
 
 
 def test_prompt_encoding_maps_unknown_characters_to_unk_and_counts_them():
-    from inferlab.corpus import encode_prompt
+    from inferlab.corpus.text import encode_prompt
 
     vocab = Vocabulary.from_text("aaabbc", 3)
     ids, unk = encode_prompt(vocab, "abzc")

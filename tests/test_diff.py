@@ -6,8 +6,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferlab import diff, kvbench, noise, quant_bench, repetition, sampling, speculative_bench
-from inferlab.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
+from inferlab.core import sampler as sampling
+from inferlab.kvcache import bench as kvbench
+from inferlab.quant import bench as quant_bench
+from inferlab.review import diff
+from inferlab.review.diff_figure import diff_figure
+from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
+from inferlab.sampling import repetition
+from inferlab.sampling.summary_table import CELL_COLUMNS
+from inferlab.speculative import bench as speculative_bench
+from inferlab.training import noise_floor as noise
+from inferlab.training.noise_floor import within_noise
 
 MACHINE_A = {"cpu_model": "CPU A", "device": "cpu", "device_name": "CPU A"}
 MACHINE_B = {"cpu_model": "CPU B", "device": "cpu", "device_name": "CPU B"}
@@ -73,6 +82,7 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
                                    "effective_bits_per_weight": bits + 0.01,
                                    "eval_tokens": 1000, "loss": 4.0 + delta, "fp32_loss": 4.0, "delta_loss": delta,
                                    "kl_mean_nats": kl, "top1_agreement": 1 - kl, "noise_floor": FLOOR,
+                                   "within_noise": within_noise(delta, FLOOR),
                                    "speed_status": "quality only", "ms_per_token": np.nan,
                                    "fp32_ms_per_token": np.nan, "speedup_vs_fp32": np.nan}]))
     return quant_bench.summary_table(rows, list(SCHEMES))
@@ -82,7 +92,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
                 statuses: dict[str, str] | None = None, contended: bool = False, reps: int = 5) -> pd.DataFrame:
     samples = repetition_samples()
     rep_summary = repetition.summarise(samples, 200, 0)
-    cells = samples.drop_duplicates("cell")[repetition.CELL_COLUMNS].to_dict("records")
+    cells = samples.drop_duplicates("cell")[CELL_COLUMNS].to_dict("records")
     distribution = pd.DataFrame(sampling.distribution_rows([2.0, 1.0, 0.5, 0.1, -1.0],
                                                            [c for c in cells if c["temperature"] > 0]))
     runs, forward, baseline = speculative_tables(timing_seed, reps)
@@ -223,13 +233,13 @@ def test_added_and_removed_rows_are_listed():
 
 
 def test_figure_is_a_png():
-    png = diff.diff_figure(run_metrics(), run_metrics(quant_changes={"int4_g32_sym": 0.1}))
+    png = diff_figure(run_metrics(), run_metrics(quant_changes={"int4_g32_sym": 0.1}))
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys, monkeypatch):
-    from inferlab import ledger
-    from inferlab.tables import write_table
+    from inferlab.jobs.tables import write_table
+    from inferlab.review import ledger
 
     monkeypatch.chdir(tmp_path)
     history = tmp_path / "results" / "history"
@@ -249,7 +259,7 @@ def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys, monkey
 
 
 def test_cli_pin_then_diff_against_the_reference(tmp_path, capsys):
-    from inferlab.tables import write_table
+    from inferlab.jobs.tables import write_table
 
     new = tmp_path / "metrics.parquet"
     write_table(run_metrics(), new)
@@ -263,7 +273,7 @@ def test_cli_pin_then_diff_against_the_reference(tmp_path, capsys):
 
 
 def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_path):
-    from inferlab import ledger
+    from inferlab.review import ledger
 
     history, reference = tmp_path / "history", tmp_path / "reference.parquet"
     nothing = diff.changes_since(run_metrics(), history, reference)
@@ -295,8 +305,8 @@ def test_milestone_card_lines_name_the_flip_and_the_change():
 
 def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):
     """Pinning keeps the run's config hash; a diff or report against a run of another config says so."""
-    from inferlab import ledger
-    from inferlab.tables import write_table
+    from inferlab.jobs.tables import write_table
+    from inferlab.review import ledger
 
     history = tmp_path / "history"
     full = ledger.append_run(history, run_metrics(), {"config_sha256": "a" * 64}, [])

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab import engine as engine_module
-from inferlab.contention import contention_stamp, is_contended, load_snapshot, rep_spread
-from inferlab.engine import EagerEngine, by_engine, make_engine
-from inferlab.generate import generate
-from inferlab.kvbench import time_generation
-from inferlab.speculative import SamplingSettings, speculative_decode
-from inferlab.speculative_bench import best_groups_by_engine
+from inferlab.core import engine as engine_module
+from inferlab.core.engine import EagerEngine, by_engine, make_engine
+from inferlab.core.generate import generate
+from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
+from inferlab.kvcache.bench import time_generation
+from inferlab.speculative.bench import best_groups_by_engine
+from inferlab.speculative.decode import SamplingSettings, speculative_decode
 from tests.test_speculative import similar_pair
 
 

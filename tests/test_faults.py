@@ -1,7 +1,7 @@
 """The fault suite: each fault gives a clear error naming the key or file, and loses no completed output.
 
 One test (or a few) per row of issue 12's fault table, plus the faults that already held. Config faults
-are checked by calling inferlab.configcheck directly and, for a few, by `snakemake -n` on a small
+are checked by calling inferlab.jobs.configcheck directly and, for a few, by `snakemake -n` on a small
 workflow whose corpus is prepared and one draft trained (the `trained` fixture), so the parse-time
 error is shown to come before any job.
 """
@@ -20,20 +20,22 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab import configcheck, download
-from inferlab.anchor import load_anchor
-from inferlab.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
-from inferlab.configcheck import ConfigError, check_config, config_problems
-from inferlab.corpus import CorpusError, prepare, read_corpus, require_chars
-from inferlab.model import GPT, GPTConfig
-from inferlab.noise import noise_floor_table
-from inferlab.tables import read_json, read_table, write_json, write_table
+from inferlab.core.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.corpus import download
+from inferlab.corpus.text import CorpusError, prepare, read_corpus, require_chars
+from inferlab.jobs import configcheck
+from inferlab.jobs.configcheck import ConfigError, check_config, config_problems
+from inferlab.jobs.tables import read_json, read_table, write_json, write_table
+from inferlab.kvcache.anchor import load_anchor
+from inferlab.training.noise_floor import noise_floor_table
 from tests.conftest import synthetic_corpus
 from tests.test_workflow_e2e import SNAKEMAKE, TINY, _merge, _planned_jobs, _snakemake
 
 ROOT = Path(__file__).resolve().parent.parent
 ANCHOR = str(ROOT / "config/anchor-model.json")
 DRAFT = "c1_dim64"
+QUICK = yaml.safe_load((ROOT / "config/quick.yaml").read_text(encoding="utf-8"))
 
 
 def _config(**over) -> dict:
@@ -66,7 +68,7 @@ def test_shipped_configs_pass_every_check(files, monkeypatch):
 
 
 def test_configcheck_does_not_import_torch():
-    code = "import sys, inferlab.configcheck; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, inferlab.jobs.configcheck; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([SNAKEMAKE[0], "-c", code], check=True, cwd=ROOT)
 
 
@@ -81,6 +83,26 @@ def test_draft_width_not_a_multiple_of_head_dim_names_the_key():
 def test_seq_len_over_max_seq_len_names_the_override():
     config = _config(training={"overrides": {DRAFT: {"seq_len": 256}}})
     _one_problem(config, f"training.overrides.{DRAFT}.seq_len", "architecture.max_seq_len (128)")
+
+
+# ------------------------------------------------------------------ every token budget against the context
+
+
+@pytest.mark.parametrize(("over", "key"), [
+    ({"sampling": {"repetition": {"new_tokens": 600}}}, "sampling.repetition.new_tokens"),
+    ({"kvcache": {"lengths": [16, 200]}}, "kvcache.lengths"),
+    ({"speculative": {"new_tokens": 124}}, "speculative.new_tokens"),  # 5-char prompt + 124 + k 3 = 132
+    ({"quantization": {"speed": {"new_tokens": 200}}}, "quantization.speed.new_tokens"),
+    ({"sampling": {"prompt": "字" * 129}}, "sampling.prompt"),
+])
+def test_every_key_that_feeds_a_model_tokens_is_checked_against_the_context(over, key):
+    _one_problem(_config(**over), f"{key}:", "more than the context architecture.max_seq_len (128)")
+
+
+def test_a_budget_exactly_at_the_context_passes():
+    prompt = _config()["speculative"]["prompts"]
+    longest = max(map(len, prompt))
+    assert config_problems(_config(speculative={"new_tokens": 128 - longest - 3})) == []
 
 
 # ------------------------------------------------------------------ row: draft larger than target / draft = target
@@ -357,7 +379,7 @@ def _disk_full(*args, **kwargs):
 def test_disk_full_table_write_keeps_the_completed_table(tmp_path, monkeypatch):
     path = tmp_path / "t.parquet"
     write_table(pd.DataFrame({"x": [1, 2, 3]}), path)
-    monkeypatch.setattr("inferlab.tables.pq.write_table", _disk_full)
+    monkeypatch.setattr("inferlab.jobs.tables.pq.write_table", _disk_full)
     with pytest.raises(OSError, match="No space left"):
         write_table(pd.DataFrame({"x": [9]}), path)
     assert read_table(path)["x"].tolist() == [1, 2, 3]
@@ -375,7 +397,7 @@ def test_disk_full_json_write_keeps_the_completed_file(tmp_path, monkeypatch):
 @pytest.mark.parametrize("failing", ["weights", "meta"])
 def test_disk_full_during_a_checkpoint_leaves_no_complete_looking_checkpoint(tmp_path, monkeypatch, failing):
     if failing == "weights":
-        monkeypatch.setattr("inferlab.checkpoint.save_file", _disk_full)
+        monkeypatch.setattr("inferlab.core.checkpoint.save_file", _disk_full)
     else:
         monkeypatch.setattr(Path, "write_text", _disk_full)  # weights written, the meta.json write fails
     with pytest.raises(OSError, match="No space left"):
@@ -424,6 +446,8 @@ def _with_override(workdir: Path, override: dict, *args: str) -> subprocess.Comp
                    "anchor": "missing-anchor.json"}}, "roofline.anchor: anchor file missing-anchor.json"),
     ({"training": {**TINY["training"], "defaults": {**TINY["training"]["defaults"], "seq_len": 2000}},
       "architecture": {**TINY["architecture"], "max_seq_len": 4096}}, "needs 2002 characters in the val split"),
+    ({"sampling": {**QUICK["sampling"], "repetition": {**QUICK["sampling"]["repetition"], "new_tokens": 600}}},
+     "sampling.repetition.new_tokens: the longest repetition prompt + new tokens"),
 ])
 @pytest.mark.slow
 def test_bad_config_fails_before_any_job_and_keeps_every_output(trained, override, expected):
@@ -457,6 +481,11 @@ def test_deleted_meta_reruns_the_training(trained, tmp_path):
         kept.replace(meta)
 
 
+def _default_signal_dispositions() -> None:
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _interrupt_training(workdir: Path, sig: int) -> None:
     """Starts a long training of the draft, waits for its first progress line, sends sig to snakemake."""
     (workdir / "override.yaml").write_text(yaml.safe_dump(LONG_TRAINING), encoding="utf-8")
@@ -464,8 +493,12 @@ def _interrupt_training(workdir: Path, sig: int) -> None:
            "--config", "corpus_path=corpus.txt", "--", f"results/models/{DRAFT}/meta.json"]
     log = workdir / f"logs/train/{DRAFT}.log"
     started = log.stat().st_mtime_ns if log.exists() else 0
+    # A terminal gives its foreground job the default SIGINT disposition; a suite started as a
+    # background job of a non-interactive shell inherits SIGINT *ignored*, and so would every
+    # child. Restore the default, so the test measures the workflow, not how pytest was started.
     proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env={**os.environ, "INFERLAB_QUIET": "1"})
+                            start_new_session=True, env={**os.environ, "INFERLAB_QUIET": "1"},
+                            preexec_fn=_default_signal_dispositions)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferlab import gptq, quant
-from inferlab.evaluation import evaluate_against_reference
-from inferlab.model import GPT, GPTConfig
+from inferlab.core.evaluation import evaluate_against_reference
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.quant import gptq
+from inferlab.quant import methods as quant
 from tests.test_quant import GPTQ_CONFIG, train_tiny_model
 
 DAMP, BLOCK = GPTQ_CONFIG["damp"], GPTQ_CONFIG["block_size"]  # from config/config.yaml

@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inferlab import repetition
-from inferlab.corpus import UNK, Vocabulary
-from inferlab.human_match import DISTANCE_METRICS, cell_distances, choose_human_match
-from inferlab.human_reference import AFTER_PROMPT, RANDOM_WINDOW, pick_continuations, score_human
-from inferlab.model import GPT, GPTConfig
-from inferlab.repetition import (
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.corpus.text import UNK, Vocabulary
+from inferlab.sampling import repetition
+from inferlab.sampling.human_match import DISTANCE_METRICS, cell_distances, choose_human_match
+from inferlab.sampling.human_reference import AFTER_PROMPT, RANDOM_WINDOW, pick_continuations, score_human
+from inferlab.sampling.repetition import (
     METRICS,
     continuation_nll,
     corpus_ngram_index,

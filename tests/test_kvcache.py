@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab import kvbench
-from inferlab.generate import generate
-from inferlab.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.generate import generate
+from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.kvcache import bench as kvbench
 
 TINY = GPTConfig(vocab_size=61, d_model=32, n_layer=2, head_dim=16, max_seq_len=64)
 
@@ -119,11 +119,13 @@ def test_fit_table_predicts_ratio_from_fit():
     positions = np.arange(5, 70, 8)
     steps = pd.DataFrame([{"mode": m, "positions": p, "rep": 0, "step_ms": (a + b * p) if m == "no_cache"
                            else cache_step} for m in ("cache", "no_cache") for p in positions])
-    fit = kvbench.fit_table(timings, steps, GPTConfig())
-    assert fit["a_ms"].iloc[0] == pytest.approx(a) and fit["b_ms_per_position"].iloc[0] == pytest.approx(b)
-    assert np.allclose(fit["predicted_ratio"], fit["measured_ratio"], rtol=0.02)
-    assert (fit["flop_estimate_ratio"] > fit["measured_ratio"]).all()
     summary = kvbench.summarize_timings(timings)
+    fit = kvbench.fit_table(timings, summary, steps, GPTConfig())
+    assert fit["a_ms"].iloc[0] == pytest.approx(a) and fit["b_ms_per_position"].iloc[0] == pytest.approx(b)
+    measured = summary[summary["mode"] == "cache"].set_index("length")["speed_ratio"]
+    assert np.allclose(fit["predicted_ratio"], measured.loc[fit["length"]].to_numpy(), rtol=0.02)
+    assert np.allclose(fit["prediction_error"], 0.0, atol=0.02)
+    assert (fit["flop_estimate_ratio"] > measured.loc[fit["length"]].to_numpy()).all()
     assert len(summary) == 4 and summary["same_output_all"].all()
     row = summary[(summary["length"] == 64) & (summary["mode"] == "cache")].iloc[0]
     assert row["total_ms_min"] == pytest.approx(128.0) and row["total_ms_max"] == pytest.approx(128.0 * 1.02)

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from inferlab import bundle, ledger
-from inferlab.lineage import file_sha256
+from inferlab.jobs.lineage import file_sha256
+from inferlab.review import bundle, ledger
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

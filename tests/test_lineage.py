@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferlab import lineage
-from inferlab.lineage import code_identity, code_sha256, import_closure, job_lineage
-from inferlab.report.lineage import CURRENT, NO_LINEAGE, STALE, lineage_table, stale_inputs
-from inferlab.tables import read_provenance, write_table
+from inferlab.jobs import lineage
+from inferlab.jobs.lineage import code_identity, code_sha256, import_closure, job_lineage
+from inferlab.jobs.tables import read_provenance, write_table
+from inferlab.review.staleness import CURRENT, NO_LINEAGE, STALE, lineage_table, stale_inputs
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -40,7 +40,7 @@ PACKAGE = {
     "inferlab/report/build.py": "from . import render\nfrom .render import page\n",
     "inferlab/report/render.py": "def page():\n    return 1\n",
     "scripts/job.py": "from inferlab.quant import quantize\nprint(quantize(1))\n",
-    "scripts/report.py": "from inferlab.report import build\n",
+    "scripts/report_build.py": "from inferlab.report import build\n",
 }
 
 
@@ -56,7 +56,7 @@ def test_closure_follows_from_imports_transitively_and_skips_unused_modules(tmp_
 
 def test_closure_follows_from_package_import_module_and_relative_imports(tmp_path):
     root = _package(tmp_path)
-    assert set(import_closure(root / "scripts/report.py", root)) == {
+    assert set(import_closure(root / "scripts/report_build.py", root)) == {
         "inferlab", "inferlab.report", "inferlab.report.build", "inferlab.report.render"}
 
 
@@ -122,9 +122,9 @@ def test_compute_rules_hash_the_numeric_stack_versions(tmp_path, monkeypatch):
 def test_the_real_workflow_scripts_resolve_their_closures():
     root = Path(__file__).resolve().parent.parent
     quant = import_closure(root / "scripts/quant_scheme.py", root)
-    report = import_closure(root / "scripts/report.py", root)
-    assert {"inferlab.quant", "inferlab.model", "inferlab.checkpoint"} <= set(quant)
-    assert "inferlab.report.build" in report and "inferlab.model" not in report
+    report = import_closure(root / "scripts/report_build.py", root)
+    assert {"inferlab.quant.methods", "inferlab.core.model", "inferlab.core.checkpoint"} <= set(quant)
+    assert "inferlab.report.build" in report and "inferlab.core.model" not in report
 
 
 def test_jobs_record_their_lineage_in_every_table(tmp_path):

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from inferlab.generate import generate
-from inferlab.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.generate import generate
+from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
 
 SPEC_PARAMS = {256: 3_688_704, 128: 1_057_920, 64: 332_352}
 

@@ -2,7 +2,7 @@
 
 import socket
 
-from inferlab.provenance import format_machine, machine_stamp
+from inferlab.jobs.machine import format_machine, machine_stamp
 
 
 def test_machine_stamp_names_the_node_and_the_summary_shows_it():

@@ -11,9 +11,9 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from inferlab.corpus import UNK, Vocabulary
-from inferlab.model import GPT, GPTConfig
-from inferlab.repetition import (
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.corpus.text import UNK, Vocabulary
+from inferlab.sampling.repetition import (
     METRICS,
     bootstrap_ci,
     choose_default,

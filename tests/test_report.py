@@ -11,21 +11,30 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab import kvbench, quant_bench, repetition, speculative_bench
-from inferlab.engine import by_engine
-from inferlab.human_match import cell_distances, choose_human_match
-from inferlab.model import GPT, GPTConfig
-from inferlab.noise import floor_value, noise_floor_table, within_noise
+from inferlab.core.engine import by_engine
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.sampler import distribution_rows
+from inferlab.jobs.lineage import canonical_sha256 as config_hash
+from inferlab.jobs.stamps import carried_stamps, job_stamps
+from inferlab.jobs.tables import write_table
+from inferlab.kvcache import bench as kvbench
+from inferlab.kvcache.roofline import anchor_roofline, our_roofline
+from inferlab.quant import bench as quant_bench
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
-from inferlab.report.milestones import FAIL, MISSING, PASS, check_m1, check_m2, check_m3, check_m4
-from inferlab.report.runinfo import benchmark_table, classify_outputs, config_hash
-from inferlab.report.stamps import stamp_lines
-from inferlab.roofline import anchor_roofline, our_roofline
-from inferlab.sampling import distribution_rows
-from inferlab.sampling_grid import GREEDY_CELL
-from inferlab.stamps import carried_stamps, job_stamps
-from inferlab.tables import write_table
+from inferlab.report.milestones.common import FAIL, MISSING, PASS
+from inferlab.report.milestones.kvcache import check_m1
+from inferlab.report.milestones.quant import check_m4
+from inferlab.report.milestones.sampling import check_m2
+from inferlab.report.milestones.speculative import check_m3
+from inferlab.report.stamp_reader import stamp_lines
+from inferlab.review.runinfo import benchmark_table, classify_outputs
+from inferlab.sampling import repetition
+from inferlab.sampling.grid import GREEDY_CELL
+from inferlab.sampling.human_match import cell_distances, choose_human_match
+from inferlab.sampling.summary_table import wide_summary
+from inferlab.speculative import bench as speculative_bench
+from inferlab.training.noise_floor import floor_value, noise_floor_table, within_noise
 
 SEED_REF = Path(__file__).resolve().parent.parent / "config" / "seed-reference.json"
 ANCHOR = Path(__file__).resolve().parent.parent / "config" / "anchor-model.json"
@@ -99,15 +108,15 @@ def kv_tables(same_output: bool = True, contended: bool = False,
                    "step_ms": (a + 0.004 * pos if mode == "no_cache" else 0.8 * a + 0.0001 * pos) + 0.01 * rep}
                   for mode in ("cache", "no_cache") for pos in (8, 64, 128, 256) for rep in range(3)]
     timings, steps = pd.DataFrame(rows), pd.DataFrame(steps)
-    summary = kvbench.by_engine(kvbench.summarize_timings, timings.drop(columns="contended"))
-    fit = kvbench.by_engine(kvbench.fit_table, timings.drop(columns="contended"), steps, config=TINY)
+    summary = by_engine(kvbench.summarize_timings, timings.drop(columns="contended"))
+    fit = by_engine(kvbench.fit_table, timings.drop(columns="contended"), summary, steps, config=TINY)
     summary["contended"] = fit["contended"] = contended
     profile = pd.DataFrame([{**_engine_cols(e), "rank": 1, "op": "aten::linear", "op_ms_per_step": 0.3,
                              "wall_ms": 1.0, "op_ms": 0.4 if e == "eager" else 0.7,
                              "op_share": 0.4 if e == "eager" else 0.7} for e in ENGINES])
     anchor = json.loads(ANCHOR.read_text(encoding="utf-8"))
     measured = []
-    for engine in ENGINES:  # one measured row per engine, as scripts/roofline.py writes them
+    for engine in ENGINES:  # one measured row per engine, as scripts/kvcache_roofline.py writes them
         longest = summary[(summary["engine"] == engine) & (summary["mode"] == "cache") & (summary["length"] == 256)]
         measured.append(our_roofline(TINY, 100_000, 4, PROMPT_TOKENS, 256, 20e9, 50e9,
                                      float(longest["ms_per_token_median"].iloc[0]), "ref_baseline", "Test CPU",
@@ -152,7 +161,7 @@ def sampling_tables(full: bool = True, rule: str = "human_match") -> dict[str, p
     summary = repetition.summarise(samples, resamples=50, seed=0)
     distances = cell_distances(samples, resamples=50, seed=0)
     if rule == "human_match":
-        record = choose_human_match(distances, repetition.wide_summary(summary), dist)
+        record = choose_human_match(distances, wide_summary(summary), dist)
     else:
         record = repetition.choose_default(summary[summary["cell"] != "human"], dist, max_in_corpus_drop=0.1)
     if not full:
@@ -282,7 +291,8 @@ def test_m1_sentence_is_built_from_measured_numbers():
     assert m.evidence["a_ms"] == pytest.approx(fit["a_ms"]) and m.evidence["a_ms"] == pytest.approx(1.1, abs=0.02)
     for number in (f"{m.evidence['ratio']:.2f}x", f"{fit['flop_estimate_ratio']:.1f}x", f"{fit['a_ms']:.3f} ms",
                    f"{fit['b_ms_per_position']:.4f} ms", f"{fit['fixed_share_no_cache']:.0%}",
-                   f"{ours['lower_bound_ms_per_token']:.4f} ms/token", f"{ours['measured_ms_per_token']:.3f} ms"):
+                   f"{ours['lower_bound_ms_per_token']:.4f} ms/token",
+                   f"{summary.loc[(256, 'cache'), 'ms_per_token_median']:.3f} ms"):
         assert number in m.verdict, number
     seed = json.loads(SEED_REF.read_text(encoding="utf-8"))["kvcache"]
     assert f"{m.evidence['ratio']:.2f}x" in m.headline and f"{seed['cpu_ratio_at_256']}x" in m.headline
@@ -606,11 +616,12 @@ def test_benchmarks_and_rebuilt_vs_reused(tmp_path):
 
 
 def test_the_human_row_is_a_reference_not_greedy_nor_a_sampled_cell():
-    from inferlab.report.figures import repetition_rows, repetition_wide, sampling_repetition
+    from inferlab.report.figures import repetition_rows, sampling_repetition
+
 
     rep = sampling_tables()["sp_repetition"]
     assert rep.loc[rep["cell"] == "human", "temperature"].isna().all()  # what fooled temperature.fillna(0) == 0
-    greedy, human, sampled = repetition_rows(repetition_wide(rep))
+    greedy, human, sampled = repetition_rows(wide_summary(rep).reset_index())
     assert list(greedy["cell"]) == ["greedy"] and list(human["cell"]) == ["human"]
     assert set(sampled["cell"]) == {c["cell"] for c in CELLS}
     assert sampling_repetition(rep, {})[:8] == b"\x89PNG\r\n\x1a\n"
@@ -629,7 +640,7 @@ def test_seed_reference_numbers_sit_only_on_their_own_cell(tmp_path):
 
 
 def test_sampling_cells_are_enumerated_once_with_stable_ids():
-    from inferlab.sampling_grid import repetition_cells, sampling_cells
+    from inferlab.sampling.grid import repetition_cells, sampling_cells
 
     cells = sampling_cells(SETTINGS["sampling"])
     assert list(cells) == ["T0.7_p0.9", "T0.7_p1.0", "T1.3_p0.9", "T1.3_p1.0", "T1.0_minp0.05"]

@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from inferlab import ledger, quant_bench
-from inferlab.diff import CHANGED, FLIPPED, diff_metrics, load
-from inferlab.lineage import file_sha256
-from inferlab.noise import within_noise
+from inferlab.jobs.lineage import file_sha256
+from inferlab.quant import bench as quant_bench
 from inferlab.report.build import write_report
-from inferlab.report.bundling import ReviewPaths
-from inferlab.report.milestones import FAIL, PASS
-from inferlab.report.review import STALE_STATUS
+from inferlab.report.milestones.common import FAIL, PASS
+from inferlab.report.opening import STALE_STATUS
+from inferlab.review import ledger
+from inferlab.review.diff import CHANGED, FLIPPED, diff_metrics, load
+from inferlab.review.recording import ReviewPaths
+from inferlab.training.noise_floor import within_noise
 from tests.test_report import MACHINE, QUANT_SCHEMES, _paths, full_data, quant_rows, quant_tables, spec_tables
+
+REPO = Path(__file__).resolve().parent.parent
 
 RUN = {"config_sha256": "c" * 64, "git_commit": "abc123", "git_dirty": False, "config": {"quick": True}}
 
@@ -135,3 +139,58 @@ def test_a_stale_input_turns_its_milestone_stale_and_the_stamps_name_the_code(tm
     assert "Code lineage of the inputs" in markdown
     metrics = pd.read_parquet(paths.review.metrics).set_index(["experiment", "metric", "key"])
     assert metrics.loc[("milestones", "status", "M4"), "text_value"] == STALE_STATUS
+
+
+def test_a_model_stamp_that_names_another_checkpoint_makes_its_milestone_stale(tmp_path):
+    """Issue 24: the quant summary's stamp edited to another checkpoint, its lineage left alone."""
+    paths = _review_paths(tmp_path)
+    data = full_data()
+    forged = {**data.provenance["quant_summary"]["model"], "checkpoint_sha256": "d" * 64}
+    data.provenance["quant_summary"] = {**data.provenance["quant_summary"], "model": forged}
+    milestones = write_report(data, paths, RUN, MACHINE, code_hashes={}, workdir=str(tmp_path))
+    assert {m.id: m.status for m in milestones} == {"M1": PASS, "M2": PASS, "M3": PASS, "M4": STALE_STATUS}
+    problems = pd.read_parquet(paths.milestones).set_index("milestone").loc["M4", "problems"]
+    assert "quant_summary" in problems and "d" * 12 in problems and "f" * 12 in problems
+    assert "results/models/ref_baseline/meta.json" in problems
+
+
+def test_a_stamp_that_disagrees_with_the_weights_in_its_lineage_is_found():
+    from inferlab.review.staleness import stamp_disagreements
+    weights = "results/models/ref_baseline/model.safetensors"
+    provenance = {
+        "agrees": {"model": {"model": "ref_baseline", "checkpoint_sha256": "a" * 64},
+                   "lineage": {"inputs_sha256": {weights: "a" * 64}}},
+        "lineage_differs": {"model": {"model": "ref_baseline", "checkpoint_sha256": "a" * 64},
+                            "lineage": {"inputs_sha256": {weights: "b" * 64}}},
+        "no_stamp": {"lineage": {"inputs_sha256": {weights: "b" * 64}}},
+    }
+    found = stamp_disagreements(provenance, {"ref_baseline": {"weights_sha256": "a" * 64}})
+    assert set(found) == {"lineage_differs"}
+    assert f"its lineage input {weights} says {'b' * 12}" in found["lineage_differs"]
+
+
+@pytest.mark.parametrize("damage", [b"PAR1\x00\x00\x00", b"", b"not a table at all"],
+                         ids=["truncated", "empty", "text"])
+def test_a_damaged_reference_never_blocks_the_report_and_the_diff_says_which_file(tmp_path, damage):
+    """Issue 24: the pinned reference is comparison material: the report is built without it."""
+    paths = _review_paths(tmp_path)
+    Path(paths.review.reference).parent.mkdir(parents=True)
+    Path(paths.review.reference).write_bytes(damage)
+    milestones = write_report(full_data(), paths, RUN, MACHINE)
+    assert {m.status for m in milestones} == {PASS}
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    section = markdown.split("## Changes since", 1)[1]
+    assert f"No comparison: {paths.review.reference} could not be read" in section
+    cli = subprocess.run([sys.executable, "-m", "inferlab.review.diff", paths.review.reference, paths.review.metrics],
+                         capture_output=True, text=True, cwd=REPO)
+    assert cli.returncode == 2 and "Traceback" not in cli.stderr
+    assert cli.stderr.strip().count("\n") == 0 and paths.review.reference in cli.stderr
+
+
+def test_a_damaged_ledger_manifest_is_named_not_a_traceback(tmp_path):
+    paths = _review_paths(tmp_path)
+    write_report(full_data(), paths, RUN, MACHINE)
+    (ledger.list_runs(paths.review.history)[0] / ledger.MANIFEST_FILE).write_text("{ truncated", encoding="utf-8")
+    write_report(full_data(), paths, RUN, MACHINE)
+    section = Path(paths.markdown).read_text(encoding="utf-8").split("## Changes since", 1)[1]
+    assert "No comparison:" in section and "manifest.json could not be read" in section

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import roofline
-from inferlab.kvbench import generation_flops
-from inferlab.model import GPTConfig
+from inferlab.core.model import GPTConfig
+from inferlab.kvcache import roofline
+from inferlab.kvcache.bench import generation_flops
 
 HAND = {
     "name": "hand", "architecture": {"n_layer": 2, "d_model": 8, "n_head": 4, "n_kv_head": 2, "head_dim": 2,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from inferlab.generate import generate
-from inferlab.model import GPT, GPTConfig
-from inferlab.sampling import (
+from inferlab.core.generate import generate
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.sampler import (
     distribution_rows,
     distribution_stats,
     draw,

@@ -9,10 +9,16 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab.generate import generate
-from inferlab.model import GPT, GPTConfig
-from inferlab.sampling import logits_to_probs
-from inferlab.speculative import (
+from inferlab.core.generate import generate
+from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.sampler import logits_to_probs
+from inferlab.speculative.bench import (
+    best_groups,
+    expected_tokens_per_round,
+    summarise,
+    theoretical_speedup,
+)
+from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
     forward_ms,
@@ -21,12 +27,6 @@ from inferlab.speculative import (
     speculative_decode,
     verify_greedy,
     verify_sampled,
-)
-from inferlab.speculative_bench import (
-    best_groups,
-    expected_tokens_per_round,
-    summarise,
-    theoretical_speedup,
 )
 
 

@@ -3,12 +3,12 @@ import json
 import pytest
 import torch
 
-from inferlab.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from inferlab.corpus import prepare
-from inferlab.evaluation import evaluate_loss, windows
-from inferlab.model import GPTConfig
-from inferlab.noise import floor_value, noise_floor_table
-from inferlab.train import TrainConfig, choose_precision, cpu_flags, lr_at, train_model
+from inferlab.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from inferlab.core.evaluation import evaluate_loss, windows
+from inferlab.core.model import GPTConfig
+from inferlab.corpus.text import prepare
+from inferlab.training.loop import TrainConfig, choose_precision, cpu_flags, lr_at, train_model
+from inferlab.training.noise_floor import floor_value, noise_floor_table
 from tests.conftest import synthetic_corpus
 
 TINY_MODEL = GPTConfig(vocab_size=80, d_model=64, n_layer=2, max_seq_len=64)
@@ -64,7 +64,7 @@ def test_full_split_loss_is_uniform_for_a_zero_model():
 
 
 def _saved(tmp_path, token_ids):
-    from inferlab.model import GPT
+    from inferlab.core.model import GPT
 
     model = GPT(TINY_MODEL)
     meta = save_checkpoint(model, {"name": "tiny", "val_loss": 1.0}, tmp_path / "ckpt")
@@ -133,7 +133,7 @@ def test_auto_precision_reads_the_cpu_probe(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n\nprocessor\t: 1\n")
     assert cpu_flags(str(cpuinfo)) == {"fpu", "avx512f", "avx512_bf16"}
-    monkeypatch.setattr("inferlab.train.cpu_flags", lambda: {"avx512f"})
+    monkeypatch.setattr("inferlab.training.loop.cpu_flags", lambda: {"avx512f"})
     assert choose_precision("auto") == ("fp32", choose_precision("auto", {"avx512f"})[1])
     assert choose_precision("bf16", {"avx512f"})[0] == "bf16"  # an explicit request is obeyed
     assert cpu_flags(str(tmp_path / "missing")) is None

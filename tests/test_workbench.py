@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from inferlab.core.sampler import distribution_rows
 from inferlab.report.workbench import grid_records, workbench_html
-from inferlab.sampling import distribution_rows
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 

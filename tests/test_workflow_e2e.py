@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab.lineage import code_sha256
-from inferlab.report.lineage import CURRENT, STALE, lineage_table
-from inferlab.tables import read_json, read_provenance
+from inferlab.jobs.lineage import code_sha256
+from inferlab.jobs.tables import read_json, read_provenance
+from inferlab.review.staleness import CURRENT, STALE, lineage_table
 from tests.conftest import synthetic_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,9 +47,17 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+CORPUS_PATH_FILE = "corpus-path.txt"  # where a test workdir says which corpus its run read
+
+
+def _corpus_path(workdir: Path) -> str:
+    recorded = workdir / CORPUS_PATH_FILE
+    return recorded.read_text(encoding="utf-8").strip() if recorded.is_file() else "corpus.txt"
+
+
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/quick.yaml", "tiny.yaml",
-           "--config", "corpus_path=corpus.txt", *args]
+           "--config", f"corpus_path={_corpus_path(workdir)}", *args]
     env = {**os.environ, "INFERLAB_QUIET": "1"}
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=1500)
 
@@ -69,17 +77,41 @@ def _planned_jobs(output: str) -> dict[str, int]:
     return counts
 
 
-@pytest.fixture(scope="module")
-def completed_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "workflow", "scripts", "config"):
-        (workdir / name).symlink_to(ROOT / name)
-    shutil.copytree(ROOT / "inferlab", workdir / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
+# A completed quick run to adopt instead of building one: CI sets these after its own quick run
+# on the real corpus, so the end-to-end tests and CI share one run (the corpus path must be the
+# absolute path that run was given, so that nothing counts as changed).
+SHARED_RUN, SHARED_RUN_CORPUS = "INFERLAB_TEST_RUN", "INFERLAB_TEST_RUN_CORPUS"
+
+
+def _adopt_run(source: Path, workdir: Path) -> None:
+    """A copy of a completed quick run: outputs, logs and Snakemake's metadata, file times kept."""
+    for name in ("results", "reports", "logs"):
+        shutil.copytree(source / name, workdir / name, symlinks=True)
+    shutil.copytree(source / ".snakemake/metadata", workdir / ".snakemake/metadata")
+    # the run used config/quick.yaml alone; the same keys again as the test overlay change nothing
+    shutil.copyfile(ROOT / "config/quick.yaml", workdir / "tiny.yaml")
+    (workdir / CORPUS_PATH_FILE).write_text(os.environ[SHARED_RUN_CORPUS], encoding="utf-8")
+
+
+def _build_run(workdir: Path) -> None:
     (workdir / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
     quick = yaml.safe_load((ROOT / "config/quick.yaml").read_text(encoding="utf-8"))
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(_merge(quick, TINY), allow_unicode=True), encoding="utf-8")
     result = _snakemake(workdir)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def completed_run(tmp_path_factory):
+    """A complete quick DAG: CI's own run when it hands one over (INFERLAB_TEST_RUN), else a tiny one."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    for name in ("Snakefile", "workflow", "scripts", "config"):
+        (workdir / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / "inferlab", workdir / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
+    if os.environ.get(SHARED_RUN):
+        _adopt_run(Path(os.environ[SHARED_RUN]), workdir)
+    else:
+        _build_run(workdir)
     return workdir
 
 
@@ -129,7 +161,7 @@ def test_changing_one_quant_scheme_reruns_only_that_job(completed_run):
 def test_changing_one_models_training_reruns_only_that_model(completed_run):
     override = completed_run / "draft-lr.yaml"
     config = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))
-    overrides = {**config["training"]["overrides"], "c1_dim64": {"seed": 7, "lr": 1.0e-3}}
+    overrides = {**config["training"].get("overrides", {}), "c1_dim64": {"seed": 7, "lr": 1.0e-3}}
     override.write_text(yaml.safe_dump({"training": {**config["training"], "overrides": overrides}}))
     result = _snakemake(completed_run, "-n", "--configfile", "config/quick.yaml", "tiny.yaml", override.name)
     jobs = _planned_jobs(result.stdout + result.stderr)
@@ -185,14 +217,14 @@ def _add_constant(text: str) -> str:
 @pytest.mark.slow
 def test_semantic_quant_edit_reruns_exactly_the_quant_jobs_and_report(completed_run, edit_package):
     schemes = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))["quantization"]["schemes"]
-    edit_package("quant.py", _add_constant)
+    edit_package("quant/methods.py", _add_constant)
     assert _dry_run_jobs(completed_run) == {"quant_scheme": len(schemes), "quant_summary": 1, "report": 1, "all": 1}
 
 
 @pytest.mark.slow
 def test_semantic_model_edit_reruns_every_training_and_experiment(completed_run, edit_package):
     everything = _dry_run_jobs(completed_run, "--forceall")
-    edit_package("model.py", _add_constant)
+    edit_package("core/model.py", _add_constant)
     jobs = _dry_run_jobs(completed_run)
     assert jobs == {rule: n for rule, n in everything.items() if rule not in ("prepare_corpus", "download_corpus")}
     assert jobs["train_model"] == 3 and jobs["train_noise_rerun"] >= 1
@@ -206,14 +238,14 @@ def test_semantic_report_edit_reruns_only_the_report(completed_run, edit_package
 
 @pytest.mark.slow
 def test_comment_and_docstring_edits_rerun_nothing(completed_run, edit_package):
-    edit_package("quant.py", lambda text: "# a comment on top\n" + text.replace('"""', '"""Reworded. ', 1))
-    edit_package("quant.py", lambda text: text.replace("\n\n\n", "\n\n\n# another comment\n", 1))
+    edit_package("quant/methods.py", lambda text: "# a comment on top\n" + text.replace('"""', '"""Reworded. ', 1))
+    edit_package("quant/methods.py", lambda text: text.replace("\n\n\n", "\n\n\n# another comment\n", 1))
     assert _dry_run_jobs(completed_run) == {}
 
 
 @pytest.mark.slow
 def test_touching_the_package_reruns_nothing(completed_run):
-    for path in (completed_run / "inferlab").glob("*.py"):
+    for path in (completed_run / "inferlab").rglob("*.py"):
         path.touch()
     assert _dry_run_jobs(completed_run) == {}
 
@@ -243,7 +275,7 @@ def test_every_output_records_a_current_lineage_and_a_code_edit_makes_it_stale(c
     assert any(path.startswith("results/quant/") for path in lineage["inputs_sha256"])
     table = lineage_table(provenance, _current_code_hashes(completed_run), workdir=completed_run)
     assert set(table["status"]) == {CURRENT}, table[table["status"] != CURRENT].to_string()
-    edit_package("quant.py", _add_constant)
+    edit_package("quant/methods.py", _add_constant)
     table = lineage_table(provenance, _current_code_hashes(completed_run), workdir=completed_run).set_index("path")
     assert table.loc["results/quant/summary.parquet", "status"] == STALE
     assert table.loc["results/kvcache/summary.parquet", "status"] == CURRENT
@@ -257,7 +289,7 @@ def test_outputs_touched_after_a_code_edit_make_their_milestone_stale(completed_
     """
     workdir = tmp_path / "copy"
     shutil.copytree(completed_run, workdir, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    quant = workdir / "inferlab/quant.py"
+    quant = workdir / "inferlab/quant/methods.py"
     quant.write_text(_add_constant(quant.read_text(encoding="utf-8")), encoding="utf-8")
     touched = _snakemake(workdir, "--touch")
     assert touched.returncode == 0, touched.stdout[-3000:] + touched.stderr[-3000:]

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from inferlab.engine import make_engine
-from inferlab.model import GPT, GPTConfig
+from inferlab.core.engine import make_engine
+from inferlab.core.model import GPT, GPTConfig
 
 VARIANTS = {
     "eager": ("eager", {}),

@@ -1,4 +1,4 @@
-"""Writing every report output from the loaded inputs (called by scripts/report.py and tests)."""
+"""Writing every report output from the loaded inputs (called by scripts/report_build.py and tests)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferlab.diff import MILESTONE_EXPERIMENTS, Changes, changes_since, diff_figure
-from inferlab.metrics import metrics_table
-from inferlab.provenance import format_machine, machine_stamp
-from inferlab.report import exports, review, runinfo
-from inferlab.report.bundling import ReviewPaths, bundle_and_record
+from inferlab.jobs.lineage import canonical_sha256
+from inferlab.jobs.machine import format_machine, machine_stamp
+from inferlab.jobs.tables import write_json, write_table
+from inferlab.report import exports, opening
+from inferlab.report.assemble import build_document, stamp_lines, to_html, to_markdown
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones import Milestone, check_all
-from inferlab.report.render import build_document, stamp_lines, to_html, to_markdown
-from inferlab.report.stamps import milestones_table
+from inferlab.report.milestones.checklist import check_all
+from inferlab.report.milestones.common import Milestone
+from inferlab.report.stamp_reader import milestones_table
 from inferlab.report.workbench import grid_records, workbench_html
-from inferlab.tables import write_json, write_table
+from inferlab.review import runinfo
+from inferlab.review.diff import Changes, changes_since
+from inferlab.review.diff_figure import diff_figure
+from inferlab.review.metrics import metrics_table
+from inferlab.review.milestone_map import MILESTONE_INPUTS
+from inferlab.review.recording import ReviewPaths, bundle_and_record
 
 
 @dataclass
@@ -38,7 +43,7 @@ def run_information(config: dict, benchmark_dir: str, input_paths: list[str], ma
     bench = runinfo.benchmark_table(benchmark_dir) if Path(benchmark_dir).exists() else None
     outputs = runinfo.classify_outputs([str(p) for p in input_paths], start)
     return {
-        "config_sha256": runinfo.config_hash(config),
+        "config_sha256": canonical_sha256(config),
         "config": config,  # written into the reviewer bundle
         "git_commit": machine.get("git_commit"),
         "git_dirty": machine.get("git_dirty"),
@@ -53,8 +58,8 @@ def run_information(config: dict, benchmark_dir: str, input_paths: list[str], ma
 def run_metrics(data: ReportInputs, milestones: list[Milestone]) -> pd.DataFrame:
     """results/metrics.parquet: the headline numbers, milestone statuses and each experiment's stamps."""
     by_id = {m.id: m for m in milestones}
-    experiments = {exp: by_id[mid].stamps for mid, exps in MILESTONE_EXPERIMENTS.items() if mid in by_id
-                   for exp in exps}
+    experiments = {exp: by_id[mid].stamps for mid, inputs in MILESTONE_INPUTS.items() if mid in by_id
+                   for exp in inputs.experiments}
     stamps = {**milestones[0].stamps, "experiments": experiments}
     return metrics_table(data.tables, milestones_table(milestones), stamps, data.metas)
 
@@ -70,18 +75,18 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     """
     machine = machine or machine_stamp("cpu")
     milestones = check_all(data, machine)
-    lineage = review.lineage_of_inputs(data, code_hashes, workdir) if code_hashes is not None else None
+    lineage = opening.lineage_of_inputs(data, code_hashes, workdir) if code_hashes is not None else None
     if lineage is not None:
-        review.mark_stale(milestones, lineage)
+        opening.mark_stale(milestones, lineage)
     metrics = run_metrics(data, milestones)
     changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference),
                              new_config=run.get("config_sha256"))
                if paths.review else Changes(None, None, "## Changes since …\n\nNot compared: this report was "
                                             "written without a ledger.\n", None))
-    blocks = {"opening": review.opening_blocks(milestones, changes), "provenance": review.lineage_blocks(lineage)}
+    blocks = {"opening": opening.opening_blocks(milestones, changes), "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
-    if review.CHANGES_FIGURE in paths.figures:
-        doc.figures[review.CHANGES_FIGURE] = (changes.figure_png if changes and changes.figure_png
+    if opening.CHANGES_FIGURE in paths.figures:
+        doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes and changes.figure_png
                                               else diff_figure(metrics.iloc[0:0], metrics))
     missing_fig = set(paths.figures) ^ set(doc.figures)
     if missing_fig:

@@ -21,6 +21,6 @@ FIGURE_CATALOG = {
     "sampling_repetition": Figure("Sampling: repetition vs temperature", "2 Sampling"),
     "speculative_yield": Figure("Speculative: tokens per target forward, measured vs formula", "3 Speculative"),
     "quant_delta": Figure("Quantization: validation-loss increase per scheme", "4 Quantization"),
-    # drawn by inferlab.diff from this run's and the previous run's metrics tables, not by figures.py
+    # drawn by inferlab.review.diff from this run's and the previous run's metrics tables, not by figures.py
     "changes_overlay": Figure("Changes: old vs new KV-cache ratios and quantization Δloss", "Review"),
 }

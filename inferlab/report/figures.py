@@ -14,10 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from inferlab.noise import within_noise  # noqa: E402
 from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
-from inferlab.sampling_grid import GREEDY as GREEDY_CELL  # noqa: E402
-from inferlab.sampling_grid import HUMAN as HUMAN_CELL  # noqa: E402
+from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
+from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
+from inferlab.sampling.summary_table import wide_summary  # noqa: E402
 
 FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
 
@@ -121,24 +121,8 @@ def sampling_heatmaps(dist: pd.DataFrame | None) -> bytes:
 
 
 def _engine_blocks(df: pd.DataFrame):
-    """(label suffix, rows) per engine, in table order; one unlabelled block without an engine column."""
-    if "engine" not in df.columns:
-        return [("", df)]
+    """(label suffix, rows) per engine, in table order."""
     return [(f", {engine}", rows) for engine, rows in df.groupby("engine", sort=False)]
-
-
-def repetition_wide(rep: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell with <metric>, <metric>_ci_low, <metric>_ci_high (tidy or wide input)."""
-    if "metric" not in rep.columns:
-        return rep
-    keys = [c for c in ("cell", "truncation", "temperature", "top_p", "min_p") if c in rep.columns]
-    out = rep.drop_duplicates("cell")[keys].set_index("cell")
-    for metric, group in rep.groupby("metric", sort=False):
-        g = group.set_index("cell")
-        out[metric] = g["mean"]
-        out[f"{metric}_ci_low"] = g["ci_low"]
-        out[f"{metric}_ci_high"] = g["ci_high"]
-    return out.reset_index()
 
 
 def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -152,7 +136,7 @@ def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
 def sampling_repetition(rep: pd.DataFrame | None, seed: dict) -> bytes:
     if rep is None or rep.empty:
         return placeholder(FIGURES["sampling_repetition"], "results/sampling/repetition.parquet")
-    w = repetition_wide(rep)
+    w = wide_summary(rep).reset_index()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     greedy, human, sampled = repetition_rows(w)
     for ax, metric, label in (
@@ -245,7 +229,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     scheme = "scheme"
     s = summary.sort_values("delta_loss")
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(s) + 1.5))
-    colors = ["#2e8b57" if floor is not None and within_noise(d, floor) else "#c0392b" for d in s["delta_loss"]]
+    colors = ["#2e8b57" if within else "#c0392b" for within in s["within_noise"].astype(bool)]
     ax.barh(s[scheme].astype(str), s["delta_loss"], color=colors)
     if floor is not None:
         ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our noise floor +/-{floor:.4f}")

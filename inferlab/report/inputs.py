@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferlab.tables import read_json, read_provenance
+from inferlab.jobs.tables import read_json, read_provenance
 
 
 class ReportInputError(RuntimeError):

@@ -1,6 +1,6 @@
 """The offline sampling workbench: one HTML page, logits embedded, recomputed in the browser.
 
-The JavaScript below mirrors `inferlab.sampling.truncated_distribution` / `distribution_stats`
+The JavaScript below mirrors `inferlab.core.sampler.truncated_distribution` / `distribution_stats`
 operation by operation in IEEE doubles (JS numbers are float64): division by T, max, exp,
 left-to-right sum in token-id order, a stable descending sort, the top-p walk, the min-p
 threshold, renormalisation and the entropy loop. On load the page recomputes every cell of the
@@ -106,7 +106,7 @@ The 30 most likely tokens are shown.</p>
 const DATA = JSON.parse(document.getElementById("workbench-data").textContent);
 const V = DATA.logits.length;
 
-// Mirror of inferlab.sampling.truncated_distribution + distribution_stats (float64 throughout).
+// Mirror of inferlab.core.sampler.truncated_distribution + distribution_stats (float64 throughout).
 function stats(logits, temperature, topP, minP) {
   if (!(temperature > 0)) throw new Error("temperature must be > 0");
   const n = logits.length;

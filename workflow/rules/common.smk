@@ -13,7 +13,7 @@ from snakemake.utils import min_version, validate
 _CHECKOUT = str(Path(workflow.current_basedir).resolve().parents[1])
 if sys.path[:1] != [_CHECKOUT]:
     sys.path.insert(0, _CHECKOUT)
-from inferlab.lineage import code_sha256  # noqa: E402
+from inferlab.jobs.lineage import code_sha256  # noqa: E402
 
 min_version("9.0")
 
@@ -22,11 +22,11 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 CONDA_ENV = "../envs/inferlab.yaml"
 
-from inferlab import configcheck
+from inferlab.jobs import configcheck
 
 
 def _check_config():
-    """Every cross-key rule (inferlab/configcheck.py), before any job can delete an output."""
+    """Every cross-key rule (inferlab/jobs/configcheck.py), before any job can delete an output."""
     stats = configcheck.current_corpus_stats(CORPUS["stats"], corpus_source())
     try:
         configcheck.check_config(config, corpus_stats=stats)
@@ -67,7 +67,7 @@ TARGET = config["target_model"]
 
 
 def model_config(name):
-    """Plain dict for inferlab.model.GPTConfig."""
+    """Plain dict for inferlab.core.model.GPTConfig."""
     return {**config["architecture"], **config["models"][name],
             "vocab_size": config["corpus"]["vocab_size"]}
 
@@ -99,11 +99,11 @@ def corpus_source():
 
 
 # Code is part of the DAG: every rule has the param code_sha256=code_hash("<its script>"), the hash
-# of its script and the inferlab modules it imports (inferlab/lineage.py), so a semantic edit to
+# of its script and the inferlab modules it imports (inferlab/jobs/lineage.py), so a semantic edit to
 # the package reruns exactly the rules whose code changed. Compute rules (their numbers depend on
 # the numeric stack) also hash the torch, numpy and Python versions.
 SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
-COMPUTE_SCRIPTS = {"train", "kvcache_timing", "kvcache_steps", "roofline_probe", "sampling_distribution",
+COMPUTE_SCRIPTS = {"training_model", "kvcache_timing", "kvcache_steps", "kvcache_roofline_probe", "sampling_distribution",
                    "sampling_cell", "sampling_human", "speculative_group", "speculative_baseline", "quant_scheme"}
 _CODE_HASHES = {}
 

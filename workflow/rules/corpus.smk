@@ -6,7 +6,7 @@ rule download_corpus:
     output:
         DOWNLOADED_CORPUS,
     params:
-        code_sha256=code_hash("download_corpus"),
+        code_sha256=code_hash("corpus_download"),
         url=config.get("corpus_url", ""),
         configured_path=config["corpus_path"],
         sha256=config.get("corpus_sha256"),
@@ -15,7 +15,7 @@ rule download_corpus:
     conda:
         CONDA_ENV
     script:
-        "../../scripts/download_corpus.py"
+        "../../scripts/corpus_download.py"
 
 
 rule prepare_corpus:
@@ -24,7 +24,7 @@ rule prepare_corpus:
     output:
         **CORPUS,
     params:
-        code_sha256=code_hash("prepare_corpus"),
+        code_sha256=code_hash("corpus_prepare"),
         val_fraction=config["corpus"]["val_fraction"],
         vocab_size=config["corpus"]["vocab_size"],
     log:
@@ -34,4 +34,4 @@ rule prepare_corpus:
     conda:
         CONDA_ENV
     script:
-        "../../scripts/prepare_corpus.py"
+        "../../scripts/corpus_prepare.py"

@@ -13,11 +13,6 @@ KV_LENGTHS = [int(n) for n in KV["lengths"]]
 KV_DIR = "results/kvcache"
 KV_GPUS = 1 if KV["device"] == "cuda" else 0
 
-if len(KV["prompt"]) + max(KV_LENGTHS) > config["architecture"]["max_seq_len"]:
-    raise ValueError(f"config key kvcache.lengths: prompt ({len(KV['prompt'])} characters) + "
-                     f"{max(KV_LENGTHS)} new tokens exceeds architecture.max_seq_len "
-                     f"{config['architecture']['max_seq_len']}")
-
 
 rule kvcache_timing:
     input:
@@ -115,7 +110,7 @@ rule roofline_probe:
     output:
         "results/roofline/probe.parquet",
     params:
-        code_sha256=code_hash("roofline_probe"),
+        code_sha256=code_hash("kvcache_roofline_probe"),
         device=KV["device"],
         probe_mb=ROOFLINE["probe_mb"],
         matmul_size=ROOFLINE["matmul_size"],
@@ -132,7 +127,7 @@ rule roofline_probe:
     conda:
         CONDA_ENV
     script:
-        "../../scripts/roofline_probe.py"
+        "../../scripts/kvcache_roofline_probe.py"
 
 
 rule roofline:
@@ -144,7 +139,7 @@ rule roofline:
     output:
         "results/roofline.parquet",
     params:
-        code_sha256=code_hash("roofline"),
+        code_sha256=code_hash("kvcache_roofline"),
         model_name=TARGET,
         anchor_context_tokens=ROOFLINE["anchor_context_tokens"],
     log:
@@ -154,4 +149,4 @@ rule roofline:
     conda:
         CONDA_ENV
     script:
-        "../../scripts/roofline.py"
+        "../../scripts/kvcache_roofline.py"

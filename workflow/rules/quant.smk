@@ -5,19 +5,17 @@
 # Each scheme job quantises every Linear in the target's blocks (the tied embedding stays fp32),
 # evaluates fp32 and quantised weights on the full validation split in the same process, and,
 # where the scheme has a low-bit kernel on the CPU, times cached decode against fp32. Scheme
-# names and their parameters live in the SCHEMES table (inferlab/schemes.py, torch-free, re-exported
-# by inferlab/quant.py). The speed settings
+# names and their parameters live in the SCHEMES table (inferlab/quant/schemes.py, torch-free, re-exported
+# by inferlab/quant/methods.py). The speed settings
 # go to every scheme job (which scheme has a kernel is known only to that table).
 
-from inferlab.schemes import SCHEMES
+from inferlab.quant.schemes import SCHEMES
 
 QUANT = config["quantization"]
 QUANT_SCHEMES = list(QUANT["schemes"])
 QUANT_DIR = "results/quant"
 _QUANT_SEQ_LEN = train_config(TARGET)["seq_len"]
 
-if len(QUANT["speed"]["prompt"]) + QUANT["speed"]["new_tokens"] > config["architecture"]["max_seq_len"]:
-    raise ValueError("config key quantization.speed.new_tokens: prompt + new tokens exceeds architecture.max_seq_len")
 
 
 rule quant_scheme:

@@ -43,12 +43,12 @@ rule report:
         inference_json="reports/c13-inference.json",
         precomputed_json="reports/precomputed.json",
         workbench=report("reports/sampling-workbench.html", caption="../report/workbench.rst", category="Report"),
-        metrics="results/metrics.parquet",   # headline numbers with their noise: what inferlab.diff compares
+        metrics="results/metrics.parquet",   # headline numbers with their noise: what inferlab.review.diff compares
         bundle="reports/c13-bundle.zip",   # the reviewer bundle; verify with sha256sum -c MANIFEST.sha256
         figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
                  for stem, fig in FIGURE_CATALOG.items()],
     params:
-        code_sha256=code_hash("report"),
+        code_sha256=code_hash("report_build"),
         models=MODELS,
         target=TARGET,
         producers={key: rule for key, (rule, _) in REPORT_TABLES.items()},
@@ -59,7 +59,7 @@ rule report:
         benchmark_dir="results/benchmarks",
         # the ledger is appended to, never declared: Snakemake deletes outputs before a rerun
         history="results/history",
-        reference="reports/reference/metrics.parquet",   # pinned in git: python -m inferlab.diff --pin
+        reference="reports/reference/metrics.parquet",   # pinned in git: python -m inferlab.review.diff --pin
     log:
         "logs/report.log",
     benchmark:
@@ -70,4 +70,4 @@ rule report:
     conda:
         CONDA_ENV
     script:
-        "../../scripts/report.py"
+        "../../scripts/report_build.py"

@@ -4,7 +4,7 @@
 
 import re
 
-from inferlab.sampling_grid import repetition_cells, sampling_cells
+from inferlab.sampling.grid import repetition_cells, sampling_cells
 
 SAMPLING = config["sampling"]
 

@@ -5,10 +5,6 @@ SPEC = config["speculative"]
 SPEC_DIR = "results/speculative"
 SPEC_GROUPS = [f"{draft}_k{k}" for draft in SPEC["drafts"] for k in SPEC["ks"]]
 
-if max(map(len, SPEC["prompts"])) + SPEC["new_tokens"] + max(SPEC["ks"]) > config["architecture"]["max_seq_len"]:
-    raise ValueError("config key speculative.new_tokens: the longest prompt + new_tokens + the largest k "
-                     f"exceeds architecture.max_seq_len {config['architecture']['max_seq_len']}")
-
 
 # The prompts, seeds and sampling settings shared by the groups and the baseline.
 SPEC_DECODE_PARAMS = {key: SPEC[key] for key in ("prompts", "seeds", "new_tokens", "temperature", "top_p",

@@ -1,0 +1,347 @@
+"""Decode engines: one forward-with-cache interface, two implementations chosen by name.
+
+- ``eager``: the seed-faithful baseline, ``GPT.forward`` with the growing-slice KV cache of
+  ``inferlab.core.model``, dispatched op by op.
+- ``compiled``: the gpt-fast design (pytorch-labs/gpt-fast). A static KV buffer as long as
+  the model's context; every forward writes its keys/values at ``input_pos`` and attends over
+  the WHOLE buffer under a mask ``key_pos <= query_pos``, so no shape depends on the position
+  and ``torch.compile(fullgraph=True, dynamic=False)`` compiles each token count once. The
+  position travels as a tensor, so a new position is new data, not a recompile. Forwards of
+  the token counts in ``token_counts`` (1, the decode step, by default; speculative decoding
+  adds its (k+1)-token verification and the draft's 2-token catch-up) run compiled; any
+  other length (the prefill) runs the same code eagerly, since each compile costs seconds.
+
+Both keep the rollback rule of ``inferlab.core.model.KVCache``: there is no stored length, the
+caller's positions say which prefix is valid, so a rejected speculation is overwritten later.
+
+A session (``engine.open(model, batch)``) owns one model's cache; ``session.forward(tokens,
+start)`` returns logits (B, T, V). Compile time is measured per (model, token count) on the
+first call and kept in ``engine.compile_ms``, apart from any per-token timing. When
+compilation fails, ``make_engine`` logs why and returns the eager engine with
+``engine_fallback_reason`` set, so a table never reports eager numbers as compiled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inferlab.core.model import GPT, apply_rope
+
+log = logging.getLogger(__name__)
+
+ENGINE_NAMES = ("eager", "compiled")
+# inductor options that were compared in tools/bench_engine.py; the plain compile won or tied.
+DEFAULT_INDUCTOR_OPTIONS: dict = {}
+
+
+class EagerSession:
+    """The baseline: GPT.forward with the model's own KV cache."""
+
+    def __init__(self, model: GPT, batch_size: int, max_seq_len: int | None = None):
+        self.model = model
+        model.setup_caches(batch_size, max_seq_len)
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        positions = torch.arange(start, start + tokens.size(1), device=tokens.device)
+        return self.model(tokens, positions)
+
+    def close(self) -> None:
+        self.model.clear_caches()
+
+
+class EagerEngine:
+    name = "eager"
+
+    def __init__(self, fallback_reason: str | None = None, requested: str = "eager"):
+        self.engine_fallback_reason = fallback_reason
+        self.requested = requested  # "compiled" when this is the fallback of a failed compile
+        self.compile_ms: dict[str, float] = {}
+
+    @property
+    def engine_used(self) -> str:
+        return self.name
+
+    def want_token_counts(self, *counts: int) -> None:
+        """No-op: the eager engine runs every length the same way."""
+
+    @torch.no_grad()
+    def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
+        """Uncached step: the whole sequence (B, T) again; returns the last logits (B, V)."""
+        return model(sequence)[:, -1]
+
+    def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> EagerSession:
+        return EagerSession(model, batch_size, max_seq_len)
+
+    def stamp(self) -> dict:
+        return {"engine": self.requested, "engine_used": self.engine_used,
+                "engine_fallback_reason": self.engine_fallback_reason, "compile_ms_total": 0.0}
+
+
+# --------------------------------------------------------------------------- static forward
+
+# Up to this many rows (batch x tokens) a forward runs as reductions. Measured on ref_baseline,
+# compiled, 2 cores (ms per forward, reductions against GEMM): 1 row 1.4 against 2.3, 2 rows 2.3-3.2
+# against 3.8-4.1; from 4 rows GEMM wins (4.6 against 3.7-5.5, 9 rows 9.5 against 3.5-6.3),
+# because the reduction streams the weights once per row. Laying the product out (N, rows) to
+# reuse each weight row across rows made inductor emit a loop 10-20x slower.
+GEMV_MAX_ROWS = 2
+
+
+def rows_times_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x (..., K) @ weight (N, K).T for a few rows, as an elementwise product and a sum over K.
+
+    MKL's GEMM runs a matrix-vector product far below the memory bandwidth (about 2 ms for
+    ref_baseline's 17 projections on 2 cores). Written as a reduction, inductor emits one
+    vectorised loop that streams each weight row once per input row (about 0.3 ms in isolation).
+    """
+    return (x.unsqueeze(-2).float() * weight.float()).sum(-1)
+
+
+def gemv_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A bias-free nn.Linear as rows_times_weight; any other module, such as the quantised
+    kernels of Experiment 4, keeps its own forward."""
+    if type(module) is not nn.Linear or module.bias is not None:
+        return module(x)
+    return rows_times_weight(x, module.weight).to(x.dtype)
+
+
+def masked_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     mask: torch.Tensor) -> torch.Tensor:
+    """Softmax attention of q (B, nh, T, hs) over every buffer slot (B, nh, S, hs) under mask (T, S).
+
+    As products and sums rather than SDPA: for a few queries the CPU flash kernel's fixed cost
+    (about 0.1 ms a layer) is most of the work, and inductor fuses this form into two loops.
+    """
+    scale = q.size(-1) ** -0.5
+    scores = (q.unsqueeze(-2).float() * k_cache.unsqueeze(-3).float()).sum(-1) * scale  # (B, nh, T, S)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return (weights.unsqueeze(-1) * v_cache.unsqueeze(-3).float()).sum(-2).to(q.dtype)  # (B, nh, T, hs)
+
+
+def _module_call(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return module(x)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
+                   k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
+    """GPT.forward on static buffers. idx (B, T); input_pos (T,) long; caches (B, nh, S, hs).
+
+    The same weights and the same arithmetic as GPT.forward, except:
+      1. this forward's keys/values are written at input_pos (index_copy_, in place);
+      2. attention covers all S buffer slots, masking key positions beyond each query's
+         position, so slots left from an earlier, rejected speculation are never seen;
+      3. for at most GEMV_MAX_ROWS rows (batch x tokens: the decode step, the draft's 2-token
+         catch-up, the k=1 verification), projections and attention are written as reductions
+         (gemv_linear, masked_attention), the form inductor compiles into bandwidth-bound loops.
+         More rows (wider verifications, a prompt, a large batch) keep GEMM and SDPA; a prompt
+         runs eagerly, where the reduction would materialise an (out, rows, in) product.
+    Returns logits (B, T, V) float32.
+    """
+    B, T = idx.shape
+    few_rows = B * T <= GEMV_MAX_ROWS
+    project, attend = (gemv_linear, masked_attention) if few_rows else (_module_call, _sdpa)
+    cos, sin = model.rope_cos[input_pos], model.rope_sin[input_pos]
+    key_pos = torch.arange(k_caches[0].size(2), device=idx.device)
+    mask = key_pos[None, :] <= input_pos[:, None]  # (T, S)
+    x = model.tok_emb(idx)
+    for block, k_cache, v_cache in zip(model.blocks, k_caches, v_caches, strict=True):
+        attn = block.attn
+        h = block.attn_norm(x)
+        C = h.size(-1)
+        q, k, v = project(attn.qkv, h).split(C, dim=2)
+        q, k, v = (t.view(B, T, attn.n_head, attn.head_dim).transpose(1, 2) for t in (q, k, v))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_cache.index_copy_(2, input_pos, k.to(k_cache.dtype))
+        v_cache.index_copy_(2, input_pos, v.to(v_cache.dtype))
+        y = attend(q, k_cache.to(q.dtype), v_cache.to(q.dtype), mask)
+        x = x + project(attn.proj, y.transpose(1, 2).contiguous().view(B, T, C))
+        mlp = block.mlp
+        x = x + project(mlp.down, F.gelu(project(mlp.up, block.mlp_norm(x))))
+    x = model.final_norm(x)
+    if few_rows:
+        return rows_times_weight(x, model.tok_emb.weight)
+    return F.linear(x, model.tok_emb.weight).float()
+
+
+def full_forward(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    """GPT.forward without a cache and without its Python-level checks (they break a graph):
+    causal attention over idx (B, T) from position 0. Returns the last logits (B, V)."""
+    T = idx.size(1)
+    cos, sin = model.rope_cos[:T], model.rope_sin[:T]
+    x = model.tok_emb(idx)
+    for block in model.blocks:
+        attn = block.attn
+        h = block.attn_norm(x)
+        B, _, C = h.shape
+        q, k, v = attn.qkv(h).split(C, dim=2)
+        q, k, v = (t.view(B, T, attn.n_head, attn.head_dim).transpose(1, 2) for t in (q, k, v))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + attn.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        x = x + block.mlp(block.mlp_norm(x))
+    # the head over every position, as GPT.forward does: the FLOP model of Experiment 1 counts it
+    x = model.final_norm(x)
+    return F.linear(x, model.tok_emb.weight).float()[:, -1]
+
+
+class CompiledSession:
+    """Static buffers for one model; forwards of few tokens go through the engine's compiled step."""
+
+    def __init__(self, engine: CompiledEngine, model: GPT, batch_size: int):
+        self.engine, self.model = engine, model
+        cfg = model.config
+        shape = (batch_size, cfg.n_head, cfg.max_seq_len, cfg.d_model // cfg.n_head)
+        weight = model.tok_emb.weight
+        self.k_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
+        self.v_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        n = tokens.size(1)
+        if start + n > self.model.config.max_seq_len:
+            raise ValueError(f"position {start + n - 1} exceeds the context {self.model.config.max_seq_len}")
+        positions = torch.arange(start, start + n, device=tokens.device)
+        step = self.engine.step_for(self.model, n)
+        return step(self.model, tokens, positions, self.k_caches, self.v_caches)
+
+    def close(self) -> None:
+        self.k_caches, self.v_caches = [], []
+
+
+class CompiledEngine:
+    """torch.compile'd static-cache steps, one compiled graph per (model, token count)."""
+
+    name = "compiled"
+    requested = "compiled"
+    engine_fallback_reason = None
+
+    def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None):
+        self.token_counts = set(token_counts)
+        self.options = dict(DEFAULT_INDUCTOR_OPTIONS if inductor_options is None else inductor_options)
+        self.compile_ms: dict[str, float] = {}
+        self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
+                                       options=self.options or None)
+        # graphs already compiled, per live model: an id() can be reused once its model is freed
+        self._seen: weakref.WeakKeyDictionary[GPT, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
+        # the uncached baseline grows by one token per step: one graph with a symbolic length
+        self._full = torch.compile(full_forward, fullgraph=True, dynamic=True, options=self.options or None)
+        # every (model, token count, batch) is its own graph: target + draft x {1, 2, k+1}
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+
+    @property
+    def engine_used(self) -> str:
+        return self.name
+
+    def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> CompiledSession:
+        # max_seq_len is ignored on purpose: the buffer always spans the whole context.
+        return CompiledSession(self, model, batch_size)
+
+    def want_token_counts(self, *counts: int) -> None:
+        """Forwards of these many tokens will run compiled too (each compiles on first use)."""
+        self.token_counts.update(counts)
+
+    @torch.no_grad()
+    def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
+        """Uncached step, compiled once for every length (dynamic shapes); logits (B, V)."""
+        if not self._first_call(model, (-1, sequence.size(0))):
+            return self._full(model, sequence)
+        start = time.perf_counter()
+        out = self._full(model, sequence)
+        self.compile_ms[f"d{model.config.d_model}xL{model.config.n_layer}:uncached:B{sequence.size(0)}"] = \
+            (time.perf_counter() - start) * 1e3
+        return out
+
+    def step_for(self, model: GPT, n_tokens: int) -> Callable:
+        if n_tokens not in self.token_counts:
+            return torch.no_grad()(static_forward)  # prefill: eager, any length
+        return self._timed_first_call(model, n_tokens)
+
+    def _timed_first_call(self, model: GPT, n_tokens: int) -> Callable:
+        def run(model, idx, input_pos, k_caches, v_caches):
+            if not self._first_call(model, (n_tokens, idx.size(0))):
+                return self._compiled(model, idx, input_pos, k_caches, v_caches)
+            start = time.perf_counter()
+            out = self._compiled(model, idx, input_pos, k_caches, v_caches)
+            label = f"d{model.config.d_model}xL{model.config.n_layer}:T{n_tokens}:B{idx.size(0)}"
+            self.compile_ms[label] = (time.perf_counter() - start) * 1e3
+            return out
+        return run
+
+    def _first_call(self, model: GPT, shape: tuple[int, int]) -> bool:
+        """True once per (model, token count, batch): the call that compiles, timed apart."""
+        seen = self._seen.setdefault(model, set())
+        if shape in seen:
+            return False
+        seen.add(shape)
+        return True
+
+    def stamp(self) -> dict:
+        return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
+                "compile_ms_total": float(sum(self.compile_ms.values())),
+                "compile_ms": dict(self.compile_ms), "inductor_options": self.options}
+
+
+Engine = EagerEngine | CompiledEngine
+
+
+def _smoke_compile(engine: CompiledEngine) -> None:
+    """Compiles and runs a one-layer toy step, so a platform without a working inductor
+    toolchain (no C++ compiler, unsupported backend) fails here, not in the middle of a table."""
+    from inferlab.core.model import GPTConfig
+    toy = GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=1, max_seq_len=8)).eval()
+    session = engine.open(toy)
+    session.forward(torch.zeros(1, 1, dtype=torch.long), 0)
+
+
+def make_engine(name: str, check: bool = True, **options) -> Engine:
+    """The engine called `name`; "compiled" falls back to eager, with the reason, if it cannot compile."""
+    if name == "eager":
+        return EagerEngine()
+    if name != "compiled":
+        raise ValueError(f"engine must be one of {ENGINE_NAMES}, got {name!r}")
+    try:
+        engine = CompiledEngine(**options)
+        if check:
+            _smoke_compile(engine)
+            engine.compile_ms.clear()
+        return engine
+    except Exception as error:  # any compiler/toolchain failure: record it, never hide it
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        log.warning("compiled engine unavailable, falling back to eager: %s", reason)
+        return EagerEngine(fallback_reason=reason, requested="compiled")
+
+
+# --------------------------------------------------------------------------- tables per engine
+
+def engine_columns(engine: Engine) -> dict:
+    """The engine a table's rows ran on, as columns: the requested name and the one actually used."""
+    return {"engine": engine.requested, "engine_used": engine.engine_used,
+            "engine_fallback_reason": engine.engine_fallback_reason or ""}
+
+
+def by_engine(function: Callable[..., pd.DataFrame], *tables: pd.DataFrame, **kwargs) -> pd.DataFrame:
+    """function applied to each engine's rows of the tables, stacked with engine columns first.
+
+    Ratios, fits and shares are therefore always within one engine, never across two."""
+    engine_keys = ["engine", "engine_used", "engine_fallback_reason"]
+    parts = []
+    for keys, _ in tables[0].groupby(engine_keys, sort=False):
+        rows = [t[t["engine"] == keys[0]].drop(columns=engine_keys, errors="ignore") for t in tables]
+        part = function(*rows, **kwargs)
+        for column, value in reversed(list(zip(engine_keys, keys, strict=True))):
+            part.insert(0, column, value)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)

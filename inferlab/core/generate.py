@@ -1,0 +1,84 @@
+"""Greedy/sampled generation: prefill, one-token decode and the decode loop, with or without the KV cache.
+
+The cached loop runs on a decode engine (inferlab.core.engine): eager by default, the seed's path;
+the compiled engine gives the same tokens through a static buffer and a compiled step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.model import GPT
+
+# A sampler maps next-token logits (B, V) to token ids (B,).
+Sampler = Callable[[torch.Tensor], torch.Tensor]
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+@torch.no_grad()
+def prefill(model: GPT, prompt: torch.Tensor) -> torch.Tensor:
+    """Runs the prompt (B, T) through the model from position 0; returns last logits (B, V)."""
+    input_pos = torch.arange(prompt.size(1), device=prompt.device)
+    return model(prompt, input_pos)[:, -1]
+
+
+@torch.no_grad()
+def decode_one_token(model: GPT, token: torch.Tensor, position: int) -> torch.Tensor:
+    """Cached step: token (B, 1) at absolute position; returns logits (B, V)."""
+    input_pos = torch.tensor([position], device=token.device)
+    return model(token, input_pos)[:, -1]
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor          # (B, T_prompt + n) prompt followed by the new tokens
+    step_logits: list[torch.Tensor] | None  # n tensors (B, V), the logits each new token came from
+
+    def new_tokens(self, prompt_len: int) -> torch.Tensor:
+        return self.tokens[:, prompt_len:]
+
+
+@torch.no_grad()
+def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+             sampler: Sampler = greedy, keep_logits: bool = False, engine: Engine | None = None) -> Generation:
+    """Decodes max_new_tokens after prompt (B, T). The cached path opens its own engine session."""
+    total = prompt.size(1) + max_new_tokens
+    if total > model.config.max_seq_len:
+        raise ValueError(f"prompt + new tokens = {total} exceeds the context {model.config.max_seq_len}")
+    engine = engine or EagerEngine()
+    if not use_cache:
+        return _decode_loop(lambda tokens, start, sequence: engine.recompute_last(model, sequence),
+                            prompt, max_new_tokens, sampler, keep_logits)
+    session = engine.open(model, prompt.size(0), total)
+    try:
+        return _decode_loop(lambda tokens, start, sequence: session.forward(tokens, start)[:, -1],
+                            prompt, max_new_tokens, sampler, keep_logits)
+    finally:
+        session.close()
+
+
+def _decode_loop(step, prompt, max_new_tokens, sampler, keep_logits) -> Generation:
+    """step(new tokens (B, T), their start position, the sequence so far) -> next logits (B, V)."""
+    sequence = torch.empty(prompt.size(0), prompt.size(1) + max_new_tokens, dtype=torch.long,
+                           device=prompt.device)
+    sequence[:, : prompt.size(1)] = prompt
+    kept: list[torch.Tensor] | None = [] if keep_logits else None
+    position = prompt.size(1)
+    logits = step(prompt, 0, prompt)
+    for index in range(max_new_tokens):
+        token = sampler(logits)
+        sequence[:, position] = token
+        if kept is not None:
+            kept.append(logits)
+        position += 1
+        if index + 1 == max_new_tokens:
+            break
+        logits = step(token.view(-1, 1), position - 1, sequence[:, :position])
+    return Generation(sequence, kept)

@@ -1,0 +1,71 @@
+"""The whole report document: every section in order, and its figures.
+
+document.py defines the blocks and renders them to HTML and Markdown; sections*.py fill them.
+"""
+
+from __future__ import annotations
+
+from inferlab.report import figures as F
+from inferlab.report.inputs import ReportInputs
+from inferlab.report.milestones.common import Milestone
+from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
+from inferlab.report.render import Document, stamp_lines, to_html, to_markdown
+from inferlab.report.sections.common import status_table
+from inferlab.report.sections.kvcache import section_kvcache
+from inferlab.report.sections.provenance import section_provenance
+from inferlab.report.sections.quant import section_quant
+from inferlab.report.sections.sampling import section_sampling
+from inferlab.report.sections.setup import section_setup
+from inferlab.report.sections.speculative import section_speculative
+
+__all__ = ["build_document", "make_figures", "stamp_lines", "to_html", "to_markdown"]
+
+
+def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
+                   review: dict[str, list] | None = None) -> Document:
+    """review: blocks from inferlab.report.opening, {"opening": cards and changes, "provenance": lineage};
+    without it the report opens with the plain milestones table."""
+    seed = data.seed_reference
+    by_id = {m.id: m for m in milestones}
+    doc = Document("C13 inference lab: report")
+    doc.add("h1", "C13 inference lab: report")
+    doc.add(
+        "p",
+        "Four experiments from the C13 lab page, rerun by this workflow on our models and this machine. Every "
+        "conclusion carries four stamps: model, machine, repeat count and baseline. Columns marked "
+        "'seed page (theirs)' are the lab page's published figures from their model on their machine, "
+        "shown for comparison only; they are never pass/fail targets.",
+    )
+    if review is None:
+        doc.add("table", status_table(milestones), "Milestones")
+    else:
+        doc.blocks += review["opening"]
+    section_setup(doc, data, seed)
+    section_kvcache(doc, data, by_id["M1"], seed)
+    section_sampling(doc, data, by_id["M2"], seed)
+    section_speculative(doc, data, by_id["M3"], seed)
+    section_quant(doc, data, by_id["M4"], seed)
+    section_provenance(doc, run)
+    if review is not None:
+        doc.blocks += review["provenance"]
+    doc.figures = make_figures(data)
+    return doc
+
+
+def make_figures(data: ReportInputs) -> dict[str, bytes]:
+    seed = data.seed_reference
+    summ = data.table("kv_summary")
+    ratios = kv_ratio_by_length(summ) if summ is not None else None
+    nf = data.table("noise_floor")
+    return {
+        "kvcache_ratio": F.kvcache_ratio(ratios, data.table("kv_fit"), seed),
+        "sampling_heatmaps": F.sampling_heatmaps(data.table("sp_distribution")),
+        "sampling_repetition": F.sampling_repetition(data.table("sp_repetition"), seed),
+        "speculative_yield": F.speculative_yield(data.table("spec_summary")),
+        "quant_delta": F.quant_delta(
+            data.table("quant_summary"),
+            float(nf["floor"].iloc[0]) if nf is not None else None,
+            seed.get("noise_floor", {}).get("floor"),
+        ),
+        "training_curves": F.training_curves(data.loss_curves),
+    }

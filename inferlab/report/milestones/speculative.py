@@ -1,0 +1,129 @@
+"""M3, what speculative sampling buys: the chosen draft and k with its reason, per engine, and greedy identity."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from inferlab.report.inputs import ReportInputError, ReportInputs
+from inferlab.report.milestones.common import FAIL, MISSING, PASS, Milestone, caveats, engine_rows, engines_in
+from inferlab.report.stamp_reader import stamps_for
+from inferlab.review.milestone_map import MILESTONE_INPUTS
+from inferlab.review.numbers import fmt_number as _fmt
+from inferlab.review.numbers import number as _num
+
+# Milestone evidence key -> column of speculative_bench.summarise.
+SPEC_EVIDENCE = {
+    "alpha": "alpha",
+    "measured_yield": "tokens_per_target_forward",
+    "formula_E": "formula_tokens_per_target_forward",
+    "rel_error": "formula_rel_error",
+    "c_time": "c_time",
+    "speedup_params": "speedup_theory_params",
+    "speedup_time": "speedup_theory_time",
+    "wall_speedup": "wall_speedup",
+    "wall_speedup_min": "wall_speedup_min",
+    "wall_speedup_max": "wall_speedup_max",
+}
+
+
+# Issue 13's target: with the compiled engine the best group beats compiled target-only sampling by this.
+COMPILED_WALL_TARGET = 1.15
+
+
+def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
+    match = summary[(summary["draft"] == draft) & (summary["k"] == k)]
+    return match.iloc[0] if len(match) else None
+
+
+def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tuple[dict, str]:
+    """One engine's evidence and sentence: c per draft, its own best (draft, k), the wall clock."""
+    rows = engine_rows(summary, engine)
+    picks = engine_rows(best, engine)
+    pick = picks[picks["criterion"].isin(["chosen_for_engine", "chosen"])].iloc[0]
+    top = _group(rows, pick["draft"], pick["k"])
+    c_by_draft = {str(d): float(g["c_time"].iloc[0]) for d, g in rows.groupby("draft", sort=False)}
+    # the fastest group on the wall clock is the producer's "wall_speedup" criterion (best_groups)
+    wall_pick = picks[picks["criterion"] == "wall_speedup"].iloc[0]
+    fastest = _group(rows, wall_pick["draft"], wall_pick["k"])
+    ev = {"best_draft": str(pick["draft"]), "best_k": int(pick["k"]), "c_time_by_draft": c_by_draft,
+          "best_wall_speedup": float(fastest["wall_speedup"]),
+          "best_wall_group": f"{fastest['draft']} k={int(fastest['k'])}"}
+    if top is not None:
+        ev.update({"speedup_time": _num(top["speedup_theory_time"]), "wall_speedup": _num(top["wall_speedup"]),
+                   "alpha": _num(top["alpha"])})
+    name = engine
+    text = (f"{name}: c by time " + ", ".join(f"{d} {c:.3f}" for d, c in c_by_draft.items())
+            + f"; best {pick['draft']} k={int(pick['k'])}, theoretical {_fmt(ev.get('speedup_time'), 2)}x, "
+            f"wall clock {_fmt(ev.get('wall_speedup'), 2)}x against target-only on the same engine")
+    if ev["best_wall_speedup"] < 1.0:
+        text += (f"; no group beats target-only on the wall clock (best {ev['best_wall_speedup']:.2f}x, "
+                 f"{ev['best_wall_group']}: alpha {float(fastest['alpha']):.3f}, c {float(fastest['c_time']):.3f})")
+    if name == "compiled":
+        met = ev["best_wall_speedup"] >= COMPILED_WALL_TARGET
+        ev["compiled_target_met"] = met
+        text += (f"; the {COMPILED_WALL_TARGET:.2f}x compiled target is " + ("met" if met else "not met")
+                 + f" (fastest group on the wall clock: {ev['best_wall_group']} at {ev['best_wall_speedup']:.2f}x)")
+    return ev, text
+
+
+def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
+    title = "M3 Speculative: chosen draft and k with reason, greedy identity in every case"
+    scfg = data.config.get("speculative", {})
+    repeats = (
+        f"{len(scfg.get('prompts', []))} prompts x {len(scfg.get('seeds', []))} seeds x "
+        f"{scfg.get('new_tokens')} new tokens per group"
+        if scfg
+        else "n/a"
+    )
+    stamps = stamps_for(
+        data, "spec_summary", repeats, "plain target sampling (target alone), same prompts, seeds and engine",
+        machine_fallback
+    )
+    missing = data.missing(*MILESTONE_INPUTS["M3"].required)
+    if missing:
+        return Milestone(
+            "M3", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
+        )
+    summary = data.require("spec_summary", "draft", "k", *SPEC_EVIDENCE.values())
+    ident = data.require("spec_identity", "identical")
+    best = data.require("spec_best", "criterion", "draft", "k", "reason")
+    chosen = best[best["criterion"] == "chosen"]
+    if chosen.empty:
+        raise ReportInputError(f"{data.paths.get('spec_best', 'spec_best')} has no row with criterion 'chosen'")
+    row = chosen.iloc[0]
+    # the choice row, enriched with the summary's numbers for that group (on the choice's engine)
+    match = _group(engine_rows(summary, row["engine"]), row["draft"], row["k"])
+    if match is not None:
+        row = pd.concat([match, row[~row.index.isin(match.index)]])
+    identical = ident["identical"]
+    n_ok, n_all = int(identical.astype(bool).sum()), int(len(identical))
+    ev = {"draft": str(row["draft"]), "k": int(row["k"]), "greedy_identical": n_ok, "greedy_cases": n_all}
+    ev["engine"] = str(row["engine"])
+    for key, column in SPEC_EVIDENCE.items():
+        if column in row.index and _num(row[column]) is not None:
+            ev[key] = float(row[column])
+    reason = str(row["reason"])  # speculative_bench.best_groups' own sentence
+    ev["reason"] = reason
+    engines = engines_in(summary)
+    per_engine = {}
+    texts = []
+    for engine in engines:
+        per_engine[engine], text = _engine_spec(summary, best, engine)
+        texts.append(text)
+    ev["engines"] = per_engine
+    problems = []
+    if n_ok != n_all or n_all == 0:
+        problems.append(f"greedy speculative output differs from target greedy in {n_all - n_ok} of {n_all} cases")
+    verdict = f"Chosen: draft {ev['draft']}, k = {ev['k']}; {reason}. Per engine: " + "; ".join(texts) + "."
+    verdict += f" Greedy identity {n_ok}/{n_all}."
+    verdict += caveats(data, stamps, "spec_summary")
+    if problems:
+        verdict += " Failed: " + "; ".join(problems) + "."
+    seed_sp = data.seed_reference.get("speculative", {})
+    walls = ", ".join(f"{e} {v['best_wall_speedup']:.2f}x" for e, v in per_engine.items())
+    headline = (f"Speculative: {ev['draft']} k={ev['k']}, best wall clock {walls}, greedy identical {n_ok}/{n_all} "
+                f"(seed page: {seed_sp.get('best_by_params', {}).get('draft')} "
+                f"k={seed_sp.get('best_by_params', {}).get('k')} by parameters, wall clock "
+                f"{seed_sp.get('wall_clock')})"
+                + ("; timings contended" if stamps.get("contended") else "") + ".")
+    return Milestone("M3", title, FAIL if problems else PASS, verdict, ev, stamps, [], problems, headline)

@@ -1,0 +1,157 @@
+"""The review layer of the report: the chain check (stale inputs), the milestone cards, "Changes since …".
+
+build.py calls these after the milestone checks and before rendering:
+1. lineage_of_inputs: the lineage table of every input table, JSON file and checkpoint meta.json
+   against the current code hashes (inferlab.review.staleness);
+2. mark_stale: a milestone with a stale input becomes `stale` (never pass), and its stamps name
+   the code hash that made its numbers;
+3. opening_blocks: one card per milestone (status, headline, stamps in one line, what changed
+   since the reference), then the "Changes since …" section with the old/new overlay figure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+import pandas as pd
+
+from inferlab.report.inputs import ReportInputs
+from inferlab.report.milestones.common import MISSING, Milestone
+from inferlab.review.diff import SHOWN, Changes, counts, milestone_change_lines
+from inferlab.review.milestone_map import MILESTONE_INPUTS
+from inferlab.review.staleness import STALE, lineage_table, mark_disagreements, stale_inputs, stamp_disagreements
+
+STALE_STATUS = "stale"
+CHANGES_FIGURE = "changes_overlay"
+_CHECKPOINT = "checkpoint "  # key prefix of a model's meta.json in the lineage table
+
+
+def input_provenance(data: ReportInputs) -> dict[str, dict]:
+    """{input key: its recorded provenance}: tables, JSON files that record lineage, checkpoints."""
+    provenance = {key: prov for key, prov in data.provenance.items() if data.tables.get(key) is not None}
+    for key, obj in data.json.items():
+        if isinstance(obj, Mapping) and "lineage" in obj:
+            provenance[key] = obj
+    for name, meta in data.metas.items():
+        provenance[f"{_CHECKPOINT}{name}"] = meta
+    return provenance
+
+
+def lineage_of_inputs(data: ReportInputs, code_hashes: Mapping[str, str], workdir: str | None = ".") -> pd.DataFrame:
+    """The lineage table (path = the input's key), with the file each key stands for."""
+    provenance = input_provenance(data)
+    table = lineage_table(provenance, code_hashes, workdir=workdir)
+    table = mark_disagreements(table, stamp_disagreements(provenance, data.metas))
+    table.insert(1, "file", [data.paths.get(key, key) for key in table["path"]])
+    return table
+
+
+def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Milestone]:
+    """A milestone whose tables (or any checkpoint) are stale is `stale`; its stamps get the code hashes.
+
+    Applied after the checks: a stale number can neither pass nor fail, it must be rebuilt first.
+    """
+    checkpoints = [p for p in lineage["path"] if str(p).startswith(_CHECKPOINT)]
+    for m in milestones:
+        tables = MILESTONE_INPUTS[m.id].tables
+        keys = (*tables, *checkpoints)
+        rows = lineage[lineage["path"].isin(tables) & lineage["rule"].notna()]
+        codes = dict.fromkeys(f"{r.rule} {str(r.recorded_code_sha256)[:12]}" for r in rows.itertuples())
+        if codes:
+            m.stamps["code_sha256"] = ", ".join(codes)
+        stale = stale_inputs(lineage, keys)
+        if stale and m.status != MISSING:
+            reasons = lineage.set_index("path").loc[stale, "reason"]
+            m.problems.append("stale inputs: " + "; ".join(f"{k} ({r})" for k, r in reasons.items()))
+            m.verdict = (f"STALE: {', '.join(stale)} no longer match the current code or inputs; rebuild them "
+                         f"(the checks said {m.status}). " + m.verdict)
+            m.status = STALE_STATUS
+            if getattr(m, "headline", ""):
+                m.headline = f"STALE (rebuild {', '.join(stale)}): {m.headline}"
+    return milestones
+
+
+def headline(m: Milestone) -> str:
+    """The milestone's one-sentence headline; the verdict's first sentence until the check writes one."""
+    own = getattr(m, "headline", "")
+    if own:
+        return own
+    first = re.split(r"(?<=[.;])\s", m.verdict.strip(), maxsplit=1)[0]  # up to the first ". " or "; "
+    return first.rstrip(".;") + "."
+
+
+def stamp_line(stamps: dict) -> str:
+    """The four stamps in one line: model, machine (with node), repeats, baseline."""
+    model, machine = stamps.get("model") or {}, stamps.get("machine") or {}
+    node = f" on {machine['node']}" if machine.get("node") else ""
+    device = machine.get("device_name") or machine.get("cpu_model")
+    return (f"model {model.get('model')} · machine {device} ({machine.get('device')}){node} · "
+            f"repeats {stamps.get('repeats')} · baseline {stamps.get('baseline')}")
+
+
+def _value(value, text) -> object:
+    if isinstance(text, str):
+        return text
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def changes_table(diff: pd.DataFrame) -> pd.DataFrame:
+    """What needs a look (flips first), as the report shows it."""
+    shown = diff[diff["verdict"].isin(SHOWN)]
+    texts = shown["old_text"].notna() | shown["new_text"].notna()  # a status or a choice: no Δ
+    return pd.DataFrame({
+        "verdict": shown["verdict"], "experiment": shown["experiment"], "metric": shown["metric"],
+        "key": shown["key"],
+        "old": [_value(v, t) for v, t in zip(shown["old"], shown["old_text"], strict=True)],
+        "new": [_value(v, t) for v, t in zip(shown["new"], shown["new_text"], strict=True)],
+        "Δ": shown["delta"].mask(texts), "Δ%": shown["delta_pct"].mask(texts), "noise": shown["noise_kind"],
+    })
+
+
+def opening_blocks(milestones: list[Milestone], changes: Changes | None) -> list[tuple]:
+    """The first screen: one card per milestone, then "Changes since …" with its figure."""
+    lines = (milestone_change_lines(changes.table) if changes is not None and changes.table is not None
+             else {})
+    since = f"Since {changes.old_label}" if changes is not None and changes.old_label else "Since the reference"
+    blocks: list[tuple] = [
+        ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
+        for m in milestones
+    ]
+    if changes is None:
+        return blocks
+    if changes.table is None:
+        blocks += [("h2", "Changes since …"), ("p", changes.markdown.split("\n\n", 1)[-1].strip()),
+                   ("figure", CHANGES_FIGURE, "No earlier run to compare with: this run's values only.")]
+        return blocks
+    tally = counts(changes.table)
+    blocks += [
+        ("h2", f"Changes since {changes.old_label}"),
+        ("p", "Each metric against its own noise (python -m inferlab.review.diff): "
+              + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + "."),
+    ]
+    shown = changes_table(changes.table)
+    if shown.empty:
+        blocks.append(("p", "No metric changed beyond its noise."))
+    else:
+        blocks.append(("table", shown, "Metrics that need a look (flips first)"))
+    blocks.append(("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed ratios "
+                                             "and quantization Δloss, with their noise"))
+    return blocks
+
+
+def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:
+    """The provenance section's chain check: per input, recorded vs current code hash and status."""
+    if lineage is None:
+        return [("p", "Code lineage: not checked (no current code hashes were passed to the report).")]
+    stale = int((lineage["status"] == STALE).sum())
+    shown = lineage.assign(recorded_code_sha256=lineage["recorded_code_sha256"].str[:16],
+                           current_code_sha256=lineage["current_code_sha256"].str[:16])
+    return [
+        ("h3", "Code lineage of the inputs"),
+        ("p", f"{len(lineage)} inputs, {stale} stale. An input is stale when the code of the rule that wrote it "
+              "changed since, or a file it read changed (a --touch after a code edit, a file copied in by hand, "
+              "an older checkout); its milestone is then 'stale', never 'pass'."),
+        ("table", shown, "Recorded vs current code hash per input (first 16 hex digits)"),
+    ]

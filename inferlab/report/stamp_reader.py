@@ -1,0 +1,176 @@
+"""The four stamps of a milestone (model, machine, repeats, baseline), read from the table's provenance.
+
+The producers write them with inferlab.jobs.stamps; results/milestones.parquet flattens them into columns.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from inferlab.report.inputs import ReportInputs
+
+MACHINE_KEYS = (
+    "cpu_model",
+    "cpu_cores",
+    "torch_threads",
+    "device",
+    "device_name",
+    "node",
+    "torch_version",
+    "os",
+    "git_commit",
+    "git_dirty",
+)
+
+
+def model_stamp_from(data: ReportInputs, key: str | None = None, name: str | None = None) -> dict:
+    """The model stamp: from the table's provenance when it has one, else from the checkpoint meta."""
+    prov = data.provenance.get(key, {}) if key else {}
+    stamp = prov.get("model") if isinstance(prov.get("model"), dict) else None
+    if stamp and "checkpoint_sha256" in stamp:
+        return {
+            "model": stamp.get("model", name),
+            "params": stamp.get("params"),
+            "checkpoint_sha256": stamp.get("checkpoint_sha256"),
+            "val_loss": stamp.get("val_loss"),
+        }
+    name = name or data.target
+    meta = data.metas.get(name)
+    if meta is None:
+        return {"model": name, "params": None, "checkpoint_sha256": None, "val_loss": None}
+    return {
+        "model": name,
+        "params": meta.get("params"),
+        "checkpoint_sha256": meta.get("weights_sha256"),
+        "val_loss": meta.get("val_loss"),
+    }
+
+
+def machine_stamp_from(data: ReportInputs, key: str | None, fallback: dict | None = None) -> dict:
+    """The machine stamp recorded with the table (where the numbers were measured)."""
+    prov = data.provenance.get(key, {}) if key else {}
+    machine = prov.get("machine") if isinstance(prov.get("machine"), dict) else None
+    if machine is None and "cpu_model" in prov:  # tables whose provenance *is* the machine stamp
+        machine = prov
+    source = "table provenance"
+    if machine is None:
+        machine, source = (fallback or {}), "report job (the table carries no machine stamp)"
+    out = {k: machine.get(k) for k in MACHINE_KEYS}
+    out["source"] = source
+    return out
+
+
+def repeats_from(data: ReportInputs, key: str | None, default: str) -> str:
+    """The table's `repeats` stamp (inferlab.jobs.stamps), with the setup it counts in words."""
+    prov = data.provenance.get(key, {}) if key else {}
+    value = prov.get("repeats")
+    if value in (None, ""):
+        return default
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False) + (f" ({default})" if default != "n/a" else "")
+
+
+def baseline_from(data: ReportInputs, key: str | None, default: str) -> str:
+    prov = data.provenance.get(key, {}) if key else {}
+    value = prov.get("baseline")
+    if value in (None, ""):
+        return default
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def stamps_for(
+    data: ReportInputs,
+    key: str | None,
+    repeats: str,
+    baseline: str,
+    fallback_machine: dict | None,
+    model: str | None = None,
+) -> dict:
+    return {
+        "model": model_stamp_from(data, key, model),
+        "machine": machine_stamp_from(data, key, fallback_machine),
+        "repeats": repeats_from(data, key, repeats),
+        "baseline": baseline_from(data, key, baseline),
+    }
+
+
+def stamp_lines(stamps: dict) -> list[str]:
+    """The stamp lines under a milestone: model, machine (with its node), repeats, baseline, and the
+    timing caveats (contended, different nodes) when the check found them."""
+    model, machine = stamps.get("model") or {}, stamps.get("machine") or {}
+    sha = str(model.get("checkpoint_sha256") or "n/a")
+    dirty = {True: " (dirty)", False: "", None: " (dirty flag unknown)"}.get(machine.get("git_dirty"), "")
+    lines = [
+        f"Model: {model.get('model')}, {_plain(model.get('params'))} params, checkpoint sha256 {sha[:16]}…, "
+        f"val loss {_plain(model.get('val_loss'))}",
+        f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')})"
+        + (f" on node {machine['node']}" if machine.get("node") else "")
+        + f", CPU {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch "
+        f"threads, torch {machine.get('torch_version')}, {machine.get('os')}, "
+        f"git {str(machine.get('git_commit'))[:12]}{dirty}"
+        + (f", code {stamps['code_sha256']}" if stamps.get("code_sha256") else "")
+        + (f" [stamp from {machine.get('source')}]" if machine.get("source") not in (None, "table provenance") else ""),
+        f"Repeats: {stamps.get('repeats')}",
+        f"Baseline: {stamps.get('baseline')}",
+    ]
+    if stamps.get("contended"):
+        lines.append("Timing: contended (other work loaded the machine during the timing jobs)")
+    if len(stamps.get("nodes") or []) > 1:
+        lines.append(f"Timing: not comparable (different nodes: {', '.join(stamps['nodes'])})")
+    return lines
+
+
+def _plain(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+# ------------------------------------------------------------------------------------- table
+
+
+def milestones_table(milestones: list) -> pd.DataFrame:
+    """results/milestones.parquet: one row per milestone, evidence as JSON, stamps as flat columns."""
+    rows = []
+    for m in milestones:
+        model, machine = m.stamps.get("model", {}), m.stamps.get("machine", {})
+        rows.append(
+            {
+                "milestone": m.id,
+                "title": m.title,
+                "status": m.status,
+                "headline": m.headline,
+                "verdict": m.verdict,
+                "evidence_json": json.dumps(m.evidence, ensure_ascii=False, sort_keys=True, default=str),
+                "problems": "; ".join(m.problems),
+                "missing_inputs": "; ".join(m.missing_inputs),
+                "model": model.get("model"),
+                "model_params": model.get("params"),
+                "model_checkpoint_sha256": model.get("checkpoint_sha256"),
+                "model_val_loss": model.get("val_loss"),
+                "machine_cpu_model": machine.get("cpu_model"),
+                "machine_cpu_cores": machine.get("cpu_cores"),
+                "machine_torch_threads": machine.get("torch_threads"),
+                "machine_device": machine.get("device"),
+                "machine_device_name": machine.get("device_name"),
+                "machine_node": machine.get("node"),
+                "machine_torch_version": machine.get("torch_version"),
+                "machine_os": machine.get("os"),
+                "machine_git_commit": machine.get("git_commit"),
+                "machine_git_dirty": machine.get("git_dirty"),
+                "machine_stamp_source": machine.get("source"),
+                "repeats": m.stamps.get("repeats"),
+                "baseline": m.stamps.get("baseline"),
+            }
+        )
+    df = pd.DataFrame(rows)
+    for col in ("model_params", "machine_cpu_cores", "machine_torch_threads"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    df["model_val_loss"] = pd.to_numeric(df["model_val_loss"], errors="coerce")
+    df["machine_git_dirty"] = df["machine_git_dirty"].astype("boolean")
+    return df

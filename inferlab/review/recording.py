@@ -1,0 +1,80 @@
+"""The report rule's review outputs: results/metrics.parquet, reports/c13-bundle.zip and the ledger entry.
+
+The ledger (results/history/<run_id>/) is deliberately not a Snakemake output: Snakemake deletes
+an output before rerunning its job, and the ledger must only ever grow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from inferlab.jobs.tables import write_table
+from inferlab.review import ledger
+from inferlab.review.bundle import build_bundle
+from inferlab.review.diff import Changes
+
+
+@dataclass
+class ReviewPaths:
+    metrics: str  # results/metrics.parquet
+    bundle: str  # reports/c13-bundle.zip
+    history: str  # results/history, the ledger
+    reference: str  # reports/reference/metrics.parquet, the pinned reference
+
+
+def _unique_run_id(history: Path, now: dt.datetime, commit: str | None) -> str:
+    """The ledger's time-commit id; a suffix when two reports finish within the same second."""
+    base = ledger.new_run_id(now, commit)
+    run_id, n = base, 1
+    while (history / run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Changes | None) -> dict[str, Path]:
+    """{name in the zip: file}: the report and its figures, the exports, the workbench, the config
+    (JSON and YAML), the metrics table and the diff Markdown."""
+    (work / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+                                      + "\n", encoding="utf-8")
+    (work / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(config, default=str)),
+                                                     allow_unicode=True, sort_keys=True), encoding="utf-8")
+    (work / "changes.md").write_text(changes.markdown if changes else "No diff was computed.\n", encoding="utf-8")
+    files = {Path(p).name: Path(p) for p in (paths.html, paths.markdown, paths.inference_json,
+                                             paths.precomputed_json, paths.workbench)}
+    files.update({f"figures/{Path(p).name}": Path(p) for p in paths.figures.values()})
+    files.update({"metrics.parquet": Path(metrics_path), "config.json": work / "config.json",
+                  "config.yaml": work / "config.yaml", "changes.md": work / "changes.md"})
+    return files
+
+
+def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes | None, run: dict,
+                      machine: dict, code_hashes: dict | None) -> Path:
+    """1. metrics.parquet; 2. the bundle; 3. the ledger entry with the sha256 of every report file.
+    Returns the ledger entry's directory."""
+    write_table(metrics, review.metrics, provenance={"machine": machine, "config_sha256": run.get("config_sha256")})
+    with tempfile.TemporaryDirectory() as work:
+        build_bundle(review.bundle, bundle_files(paths, review.metrics, Path(work), run.get("config") or {},
+                                                 changes))
+    history = Path(review.history)
+    now = dt.datetime.now(dt.UTC)
+    manifest = {
+        "run_id": _unique_run_id(history, now, machine.get("git_commit")),
+        "config_sha256": run.get("config_sha256"),
+        "code_sha256": (code_hashes or {}).get("report"),
+        "code_hashes": code_hashes,
+        "machine": machine,
+        "compared_with": changes.old_label if changes else None,
+    }
+    if machine.get("git_commit"):
+        manifest.update({"git_commit": machine.get("git_commit"), "git_dirty": machine.get("git_dirty")})
+    report_files = [paths.milestones, paths.html, paths.markdown, paths.inference_json, paths.precomputed_json,
+                    paths.workbench, review.metrics, review.bundle]
+    return ledger.append_run(history, metrics, manifest, report_files, now=now)

@@ -1,0 +1,290 @@
+"""Speculative sampling (Leviathan et al. 2023; Chen et al. 2023), batch 1, in the gpt-fast style.
+
+A small draft model proposes k tokens one at a time from q; the target scores the last
+accepted token plus the k drafts in ONE forward, giving p at every draft position and one
+more. Draft token x is accepted with probability min(1, p(x)/q(x)); the first rejection is
+replaced by a sample from norm(max(0, p - q)); when all k pass, a bonus token comes from p.
+The emitted tokens are then distributed exactly as target-only sampling.
+
+Bookkeeping of the caches (both are indexed by absolute position and the valid prefix is
+whatever the caller's input_pos says, see inferlab.core.model.KVCache):
+
+- The sequence has n tokens. The target's cache is valid for positions 0..n-2; the last
+  token is "pending" and is the first input of the next verification forward.
+- The draft is valid for 0..n-2 as well, or for 0..n-3 after a round in which all k drafts
+  were accepted: the draft never ran its own k-th proposal. Instead of a separate catch-up
+  forward (gpt-fast does one) the next round feeds both pending tokens in its first draft
+  forward, so every round costs exactly k draft forwards and one target forward.
+- Rolling back after a rejection is therefore nothing but continuing to write at the right
+  position: entries past the valid prefix are masked out and overwritten later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.model import GPT
+from inferlab.core.sampler import logits_to_probs
+from inferlab.core.timing import timed_ms
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Applied identically to the target's p and the draft's q. greedy=True means T -> 0."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits_to_probs(logits, temperature=self.temperature, top_p=self.top_p)
+
+
+@dataclass
+class SpeculativeStats:
+    """Counters of one speculative generation; prefills are not counted as forwards."""
+
+    rounds: int = 0
+    target_forwards: int = 0   # verification forwards, one per round
+    draft_forwards: int = 0    # k per round
+    drafted: int = 0           # draft tokens generated, k per round
+    proposed: int = 0          # draft tokens that reached the accept test (accepted + rejected)
+    accepted: int = 0
+    generated: int = 0         # tokens emitted by the rounds, before truncation to max_new_tokens
+    overlap_sum: float = 0.0   # sum over proposed positions of sum_x min(p, q): expected accepts
+    overlap_sum_drafted: float = 0.0  # the same over all drafted positions
+    accepted_per_round: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SpeculativeResult:
+    tokens: torch.Tensor       # (1, T_prompt + max_new_tokens)
+    stats: SpeculativeStats
+
+    def new_tokens(self, prompt_len: int) -> list[int]:
+        return self.tokens[0, prompt_len:].tolist()
+
+
+# --------------------------------------------------------------------------- the accept rule
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One id from a (V,) distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """sum_x min(p, q) over the last axis: the probability that a draft token is accepted."""
+    return torch.minimum(p, q).sum(dim=-1)
+
+
+def residual_probs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)), the distribution a rejection is replaced from.
+
+    Its mass is 1 - sum min(p, q) and is zero only when p == q, where a rejection cannot
+    happen in exact arithmetic; rounding can still cause one, and then p itself is right.
+    """
+    residual = torch.clamp(p - q, min=0.0)
+    mass = residual.sum()
+    return residual / mass if mass > 0 else p
+
+
+def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
+                   generator: torch.Generator | None) -> tuple[int, int]:
+    """The exact accept/reject rule for one round.
+
+    target_probs: (k+1, V), row i is p at the position of draft token i (row k: the bonus);
+    draft_probs: (k, V) the q each draft token was sampled from; draft_tokens: (k,).
+    Returns (number accepted m in 0..k, the token emitted after them).
+    """
+    k = draft_tokens.numel()
+    for i in range(k):
+        x = int(draft_tokens[i])
+        p_x, q_x = float(target_probs[i, x]), float(draft_probs[i, x])
+        u = float(torch.rand((), generator=generator))
+        # accept with probability min(1, p/q); u < p/q written without the division
+        if u * q_x < p_x:
+            continue
+        return i, sample_from(residual_probs(target_probs[i], draft_probs[i]), generator)
+    return k, sample_from(target_probs[k], generator)
+
+
+def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
+    """Greedy rule: accept while the draft token is the target's argmax, then take the argmax.
+
+    target_logits: (k+1, V); draft_tokens: (k,). Returns (accepted, next token).
+    """
+    best = target_logits.argmax(dim=-1)  # (k+1,)
+    k = draft_tokens.numel()
+    matches = (best[:k] == draft_tokens).tolist()
+    m = matches.index(False) if False in matches else k
+    return m, int(best[m])
+
+
+# --------------------------------------------------------------------------- the decode loop
+
+def _forward(session, tokens: list[int], start: int) -> torch.Tensor:
+    """Cached forward of tokens at positions start.. on an engine session; returns logits (T, V)."""
+    return session.forward(torch.tensor([tokens], dtype=torch.long), start)[0]
+
+
+def _prefill_all_but_last(sessions: list, prompt: list[int]) -> None:
+    """Caches the prompt except its last token, which stays pending for the first round."""
+    if len(prompt) > 1:
+        for session in sessions:
+            _forward(session, prompt[:-1], 0)
+
+
+def _open(engine: Engine | None, models: list[GPT], length: int) -> list:
+    """One engine session (and KV cache) per model, batch 1, room for `length` positions."""
+    for model in models:
+        if length > model.config.max_seq_len:
+            raise ValueError(f"prompt + new tokens + k = {length} exceeds the context {model.config.max_seq_len}")
+    engine = engine or EagerEngine()
+    return [engine.open(model, 1, length) for model in models]
+
+
+def _close(sessions: list) -> None:
+    for session in sessions:
+        session.close()
+
+
+def _draft_propose(draft, seq: list[int], draft_valid: int, k: int, settings: SamplingSettings,
+                   generator: torch.Generator | None) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """k draft tokens; the first forward feeds every token the draft's cache lacks (1 or 2).
+
+    Returns (tokens, logits (k, V), probs (k, V); probs is empty in greedy mode).
+    """
+    pending, start = seq[draft_valid:], draft_valid
+    tokens: list[int] = []
+    logits_rows, prob_rows = [], []
+    for _ in range(k):
+        logits = _forward(draft, pending, start)[-1]  # (V,)
+        if settings.greedy:
+            token = int(logits.argmax())
+        else:
+            probs = settings.probs(logits)
+            token = sample_from(probs, generator)
+            prob_rows.append(probs)
+        logits_rows.append(logits)
+        tokens.append(token)
+        start += len(pending)
+        pending = [token]
+    probs_out = torch.stack(prob_rows) if prob_rows else torch.empty(0)
+    return tokens, torch.stack(logits_rows), probs_out
+
+
+@torch.no_grad()
+def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_tokens: int, k: int,
+                       settings: SamplingSettings = SamplingSettings(),
+                       generator: torch.Generator | None = None,
+                       trace: list[dict] | None = None, engine: Engine | None = None) -> SpeculativeResult:
+    """Generates max_new_tokens after prompt with draft proposals of length k.
+
+    The last round may overshoot; the output is cut to max_new_tokens, the counters are not
+    (so tokens per round stays an unbiased sample of the formula's E). When trace is a list,
+    each round appends its context length n, drafts and the raw logits of both models, which
+    lets tests compare the cached logits with a fresh full forward. `engine` runs both models'
+    forwards (eager when None); a compiled engine compiles the 1-, 2- and (k+1)-token steps.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if not prompt:
+        raise ValueError("the prompt must hold at least one token")
+    if draft is target:
+        raise ValueError("the draft must be a separate module: each model owns its KV cache")
+    if engine is not None:
+        engine.want_token_counts(1, 2, k + 1)
+    target_session, draft_session = sessions = _open(engine, [target, draft], len(prompt) + max_new_tokens + k)
+    try:
+        _prefill_all_but_last(sessions, prompt)
+        seq = list(prompt)
+        draft_valid = len(seq) - 1
+        stats = SpeculativeStats()
+        while len(seq) - len(prompt) < max_new_tokens:
+            n = len(seq)
+            drafts, draft_logits, draft_probs = _draft_propose(draft_session, seq, draft_valid, k, settings, generator)
+            target_logits = _forward(target_session, [seq[-1], *drafts], n - 1)  # (k+1, V)
+            draft_tensor = torch.tensor(drafts)
+            if settings.greedy:
+                m, next_token = verify_greedy(target_logits, draft_tensor)
+            else:
+                target_probs = settings.probs(target_logits)
+                m, next_token = verify_sampled(target_probs, draft_probs, draft_tensor, generator)
+                per_position = overlap(target_probs[:k], draft_probs).tolist()
+                checked = min(m + 1, k)  # positions that went through the accept test
+                stats.overlap_sum += sum(per_position[:checked])
+                stats.overlap_sum_drafted += sum(per_position)
+            if trace is not None:
+                trace.append({"n": n, "drafts": drafts, "accepted": m, "next": next_token,
+                              "target_logits": target_logits, "draft_logits": draft_logits})
+            seq.extend(drafts[:m])
+            seq.append(next_token)
+            # The draft has cached up to its (k-1)-th proposal, position n+k-2.
+            draft_valid = min(n + k - 1, len(seq) - 1)
+            stats.rounds += 1
+            stats.target_forwards += 1
+            stats.draft_forwards += k
+            stats.drafted += k
+            stats.proposed += min(m + 1, k)
+            stats.accepted += m
+            stats.generated += m + 1
+            stats.accepted_per_round.append(m)
+        tokens = torch.tensor([seq[: len(prompt) + max_new_tokens]])
+        return SpeculativeResult(tokens, stats)
+    finally:
+        _close(sessions)
+
+
+@torch.no_grad()
+def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
+                          settings: SamplingSettings = SamplingSettings(),
+                          generator: torch.Generator | None = None, engine: Engine | None = None
+                          ) -> torch.Tensor:
+    """Plain target-only decoding with the same prefill convention and sampling code as
+    speculative_decode, on the same engine: the wall-clock baseline. Returns tokens (1, T_prompt + n)."""
+    sessions = _open(engine, [model], len(prompt) + max_new_tokens)
+    try:
+        _prefill_all_but_last(sessions, prompt)
+        seq = list(prompt)
+        for _ in range(max_new_tokens):
+            logits = _forward(sessions[0], [seq[-1]], len(seq) - 1)[-1]
+            if settings.greedy:
+                seq.append(int(logits.argmax()))
+            else:
+                seq.append(sample_from(settings.probs(logits), generator))
+        return torch.tensor([seq])
+    finally:
+        _close(sessions)
+
+
+# --------------------------------------------------------------------------- forward timing
+
+@torch.no_grad()
+def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3,
+               engine: Engine | None = None) -> list[float]:
+    """Wall time of one cached forward of n_tokens tokens after `context` cached positions.
+
+    n_tokens=1 is a decode step (the cost c is a ratio of these); n_tokens=k+1 is a
+    verification forward. Returns reps timings in ms. On a compiled engine the first warm-up
+    call compiles; warmup >= 1 keeps that out of the timings.
+    """
+    if engine is not None:
+        engine.want_token_counts(n_tokens)
+    sessions = _open(engine, [model], context + n_tokens)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(model.config.vocab_size, (1, context + n_tokens), generator=gen)
+        if context:
+            sessions[0].forward(ids[:, :context], 0)
+        step_ids = ids[:, context:]
+        times = []
+        for i in range(warmup + reps):
+            _, elapsed = timed_ms(lambda: sessions[0].forward(step_ids, context))
+            if i >= warmup:
+                times.append(elapsed)
+        return times
+    finally:
+        _close(sessions)

@@ -1,0 +1,37 @@
+"""The report rule: milestones, HTML/Markdown report, data exports and the sampling workbench."""
+
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
+from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import machine_stamp
+from inferlab.jobs.setup import start_job
+from inferlab.report.build import ReportPaths, run_information, write_report
+from inferlab.report.catalog import FIGURE_CATALOG
+from inferlab.report.inputs import load_inputs
+from inferlab.review.recording import ReviewPaths
+
+smk = snakemake  # noqa: F821
+log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
+out = smk.output
+tables = {key: str(getattr(smk.input, key)) for key in smk.params.producers}  # {key: path}
+metas = dict(zip(smk.params.models, smk.input.metas, strict=True))
+curves = dict(zip(smk.params.models, smk.input.curves, strict=True))
+data = load_inputs(tables, smk.params.producers, metas, curves, smk.input.seed_reference, smk.params.settings,
+                   smk.params.target)
+machine = machine_stamp("cpu")
+run = run_information(smk.params.config, smk.params.benchmark_dir,
+                      [*tables.values(), *smk.input.metas, *smk.input.curves], machine)
+paths = ReportPaths(
+    milestones=out.milestones,
+    html=out.html,
+    markdown=out.markdown,
+    inference_json=out.inference_json,
+    precomputed_json=out.precomputed_json,
+    workbench=out.workbench,
+    figures=dict(zip(FIGURE_CATALOG, out.figures, strict=True)),
+    review=ReviewPaths(metrics=out.metrics, bundle=out.bundle, history=smk.params.history,
+                       reference=smk.params.reference),
+)
+code_hashes = {**smk.params.code_hashes, "report": smk.params.code_sha256}  # current code per rule: staleness
+for m in write_report(data, paths, run, machine, code_hashes=code_hashes):
+    print(f"{m.id}: {m.status}: {m.verdict}", file=log)
