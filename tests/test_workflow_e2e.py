@@ -37,6 +37,11 @@ TINY = {
                  "overrides": {"c1_dim64": {"seed": 7}}},
     # compiling costs minutes on a busy 2-core machine; tests/test_engine.py covers the compiled engine
     "engine": ["eager"],
+    # every job costs a process start and the imports: the smallest grids that still hold each kind
+    # (a top-p and a min-p cell, two drafts, a k > 1, an RTN and a GPTQ scheme)
+    "sampling": {"temperatures": [0.7], "top_ps": [0.9]},
+    "speculative": {"ks": [2]},
+    "quantization": {"schemes": ["int8_per_channel_sym", "int4_gptq"]},
 }
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputs
+from inferlab.review.milestone_map import MILESTONE_INPUTS
 
 PASS, FAIL, MISSING = "pass", "fail", "missing"
 # The order engines are shown in: the seed-faithful eager engine first, then the compiled one.
@@ -104,3 +105,12 @@ def caveats(data: ReportInputs, stamps: dict, *keys: str) -> str:
         stamps["nodes"] = nodes
         text += f" Not comparable (different nodes): the timings compared here ran on {', '.join(nodes)}."
     return text
+
+
+def missing_milestone(data: ReportInputs, milestone: str, title: str, stamps: dict) -> Milestone | None:
+    """The milestone as "missing" when any table it requires (MILESTONE_INPUTS) is absent; else None."""
+    missing = data.missing(*MILESTONE_INPUTS[milestone].required)
+    if not missing:
+        return None
+    return Milestone(milestone, title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps,
+                     missing_inputs=missing)

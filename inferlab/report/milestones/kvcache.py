@@ -7,7 +7,6 @@ import pandas as pd
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
     FAIL,
-    MISSING,
     PASS,
     Milestone,
     bool_all,
@@ -15,6 +14,7 @@ from inferlab.report.milestones.common import (
     engine_label,
     engine_rows,
     engines_in,
+    missing_milestone,
 )
 from inferlab.report.milestones.kv_explanation import (
     FIT_COLUMNS,
@@ -26,7 +26,6 @@ from inferlab.report.milestones.kv_explanation import (
     roofline_for,
 )
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import number as _num
 
 
@@ -64,11 +63,9 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "no KV cache (every step recomputes the whole prefix), same prompt, greedy, batch 1",
         machine_fallback,
     )
-    missing = data.missing(*MILESTONE_INPUTS["M1"].required)
-    if missing:
-        return Milestone(
-            "M1", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
-        )
+    absent = missing_milestone(data, "M1", title, stamps)
+    if absent is not None:
+        return absent
     data.require("kv_summary", "length", "speed_ratio", "speed_ratio_min", "speed_ratio_max")
     timings = data.require("kv_timings", "same_output", "kv_bytes_per_token")
     data.require("kv_fit", *FIT_COLUMNS)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
-from inferlab.report.milestones.common import FAIL, MISSING, PASS, Milestone
+from inferlab.report.milestones.common import FAIL, PASS, Milestone, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
 
@@ -21,11 +20,9 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "fp32 weights of the same checkpoint",
         machine_fallback,
     )
-    missing = data.missing(*MILESTONE_INPUTS["M4"].required)
-    if missing:
-        return Milestone(
-            "M4", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
-        )
+    absent = missing_milestone(data, "M4", title, stamps)
+    if absent is not None:
+        return absent
     summary = data.require("quant_summary", "scheme", "delta_loss", "within_noise")
     nf = data.require("noise_floor", "floor", "floor_source")
     choice = data.require("quant_choice", "scheme", "within_noise", "delta_loss", "reason", "measured",

@@ -7,12 +7,11 @@ import pandas as pd
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
     FAIL,
-    MISSING,
     PASS,
     Milestone,
+    missing_milestone,
 )
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
 from inferlab.sampling.grid import GREEDY_CELL, sampling_cells
@@ -81,11 +80,9 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     )
     stamps = stamps_for(data, "sp_repetition", repeats, "greedy decoding and held-out human text on the same prompts",
                         machine_fallback)
-    missing = data.missing(*MILESTONE_INPUTS["M2"].required)
-    if missing:
-        return Milestone(
-            "M2", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
-        )
+    absent = missing_milestone(data, "M2", title, stamps)
+    if absent is not None:
+        return absent
     rep = data.require("sp_repetition", "cell")
     default = data.require("sp_default", *DEFAULT_COLUMNS)
     dist = data.require("sp_distribution", "cell", "kept")

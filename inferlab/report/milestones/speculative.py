@@ -5,9 +5,16 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
-from inferlab.report.milestones.common import FAIL, MISSING, PASS, Milestone, caveats, engine_rows, engines_in
+from inferlab.report.milestones.common import (
+    FAIL,
+    PASS,
+    Milestone,
+    caveats,
+    engine_rows,
+    engines_in,
+    missing_milestone,
+)
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
 
@@ -79,11 +86,9 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         data, "spec_summary", repeats, "plain target sampling (target alone), same prompts, seeds and engine",
         machine_fallback
     )
-    missing = data.missing(*MILESTONE_INPUTS["M3"].required)
-    if missing:
-        return Milestone(
-            "M3", title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps, missing_inputs=missing
-        )
+    absent = missing_milestone(data, "M3", title, stamps)
+    if absent is not None:
+        return absent
     summary = data.require("spec_summary", "draft", "k", *SPEC_EVIDENCE.values())
     ident = data.require("spec_identity", "identical")
     best = data.require("spec_best", "criterion", "draft", "k", "reason")

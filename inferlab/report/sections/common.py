@@ -27,3 +27,9 @@ def missing_note(doc: Document, data: ReportInputs, *keys: str) -> bool:
             "p", "MISSING: this section's tables were not produced in this workflow run: " + ", ".join(missing) + "."
         )
     return bool(missing)
+
+
+def add_table(doc: Document, df: pd.DataFrame | None, columns: list[str], caption: str) -> None:
+    """The table's named columns as one block; nothing when the table was not produced."""
+    if df is not None:
+        doc.add("table", select_columns(df, columns), caption)

@@ -7,7 +7,7 @@ from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, contended
 from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
 from inferlab.report.render import Document
-from inferlab.report.sections.common import ENGINE_COLUMNS, missing_note, select_columns
+from inferlab.report.sections.common import ENGINE_COLUMNS, add_table, missing_note, select_columns
 
 
 def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
@@ -78,62 +78,19 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
         f"{kv.get('mps_uncached_ms_per_token_max')} ms uncached on MPS; {kv.get('kv_bytes_per_token')} "
         "KV bytes per token.",
     )
-    if fit is not None:
-        doc.add(
-            "table",
-            select_columns(
-                fit,
-                [
-                    *ENGINE_COLUMNS,
-                    "length",
-                    "a_ms",
-                    "b_ms_per_position",
-                    "a_cache_ms",
-                    "r2",
-                    "fixed_share_no_cache",
-                    "predicted_ratio",
-                    "prediction_error",
-                    "flop_estimate_ratio",
-                ],
-            ),
-            "Fit of the no-cache step time as a + b*positions per engine, and the ratios it predicts",
-        )
+    add_table(doc, fit, [*ENGINE_COLUMNS, "length", "a_ms", "b_ms_per_position", "a_cache_ms", "r2",
+                         "fixed_share_no_cache", "predicted_ratio", "prediction_error", "flop_estimate_ratio"],
+              "Fit of the no-cache step time as a + b*positions per engine, and the ratios it predicts")
     prof = data.table("kv_profile")
-    if prof is not None:
-        doc.add(
-            "table",
-            select_columns(
-                prof.groupby("engine", sort=False).head(10),
-                [*ENGINE_COLUMNS, "rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms",
-                 "op_ms", "op_share"],
-            ),
-            "torch.profiler on cached decode steps per engine: top operators and operator time vs wall time",
-        )
-    roof = data.table("roofline")
-    if roof is not None:
-        doc.add(
-            "table",
-            select_columns(
-                roof,
-                [
-                    "subject",
-                    *ENGINE_COLUMNS,
-                    "model",
-                    "device",
-                    "context_tokens",
-                    "params",
-                    "bytes_per_token",
-                    "kv_bytes_per_token",
-                    "memory_bound_ms_per_token",
-                    "compute_bound_ms_per_token",
-                    "lower_bound_ms_per_token",
-                    "upper_bound_tokens_per_s",
-                    "limited_by",
-                    "measured_over_bound",
-                ],
-            ),
-            "Roofline: the anchor (spec-sheet upper bound, not run) and our model on this machine (stamp below)",
-        )
+    add_table(doc, None if prof is None else prof.groupby("engine", sort=False).head(10),
+              [*ENGINE_COLUMNS, "rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms",
+               "op_ms", "op_share"],
+              "torch.profiler on cached decode steps per engine: top operators and operator time vs wall time")
+    add_table(doc, data.table("roofline"),
+              ["subject", *ENGINE_COLUMNS, "model", "device", "context_tokens", "params", "bytes_per_token",
+               "kv_bytes_per_token", "memory_bound_ms_per_token", "compute_bound_ms_per_token",
+               "lower_bound_ms_per_token", "upper_bound_tokens_per_s", "limited_by", "measured_over_bound"],
+              "Roofline: the anchor (spec-sheet upper bound, not run) and our model on this machine (stamp below)")
     doc.add("figure", "kvcache_ratio", F.FIGURES["kvcache_ratio"])
     doc.add("h3", "Verdict")
     doc.add("milestone", m)
