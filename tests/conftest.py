@@ -49,16 +49,6 @@ def synthetic_corpus(n_chapters: int = 12, paragraphs: int = 6, seed: int = 0, a
     return "\n".join(lines) + "\n"
 
 
-# The modules that run a workflow first: under xdist (pyproject's addopts) their long set-up then
-# overlaps the unit tests on the other workers instead of starting last and ending the run alone.
-WORKFLOW_MODULES = ("test_workflow_e2e.py", "test_faults.py", "test_config_fuzz.py")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(WORKFLOW_MODULES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(WORKFLOW_MODULES)))
-
-
 @pytest.fixture
 def corpus_text() -> str:
     return synthetic_corpus()

@@ -90,12 +90,16 @@ SHARED_RUN, SHARED_RUN_CORPUS = "INFERLAB_TEST_RUN", "INFERLAB_TEST_RUN_CORPUS"
 
 def _adopt_run(source: Path, workdir: Path) -> None:
     """A copy of a completed quick run: outputs, logs and Snakemake's metadata, file times kept."""
+    corpus = os.environ.get(SHARED_RUN_CORPUS, "")
+    if not Path(corpus).is_absolute() or not (source / "results/milestones.parquet").is_file():
+        pytest.fail(f"{SHARED_RUN}={source} needs a finished quick run there and {SHARED_RUN_CORPUS} set to the "
+                    f"absolute corpus path it was run with (got {corpus!r})")
     for name in ("results", "reports", "logs"):
         shutil.copytree(source / name, workdir / name, symlinks=True)
     shutil.copytree(source / ".snakemake/metadata", workdir / ".snakemake/metadata")
     # the run used config/quick.yaml alone; the same keys again as the test overlay change nothing
     shutil.copyfile(ROOT / "config/quick.yaml", workdir / "tiny.yaml")
-    (workdir / CORPUS_PATH_FILE).write_text(os.environ[SHARED_RUN_CORPUS], encoding="utf-8")
+    (workdir / CORPUS_PATH_FILE).write_text(corpus, encoding="utf-8")
 
 
 def _build_run(workdir: Path) -> None:

@@ -35,12 +35,13 @@ ln -s "$REPO/.venv" "$WORK/.venv"
 
 # The plugin polls 40 s after a submission and backs off by 10 s per idle poll; on this
 # one-node test cluster, with a chain of jobs of a few seconds each, that waiting was a
-# third of the step. 5 s is harmless here; a shared cluster keeps the profile's default.
+# third of the step. 1 s is harmless here (the plugin still adds 10 s per idle poll); a shared
+# cluster keeps the profile's default.
 echo "== quick workflow through SLURM in $WORK"
 start=$(date +%s)
 (cd "$WORK" && timeout -k 60 "${INFERLAB_SLURM_TIMEOUT:-3600}" .venv/bin/snakemake \
     --workflow-profile workflow/profiles/slurm --slurm-status-command squeue \
-    --slurm-init-seconds-before-status-checks 5 \
+    --slurm-init-seconds-before-status-checks 1 \
     --configfile config/quick.yaml "${EXTRA_CONFIGS[@]}" --config corpus_path="$CORPUS")
 echo "== quick workflow through SLURM took $(( $(date +%s) - start )) s"
 submitted=$(cat "$WORK"/.snakemake/log/*.snakemake.log | grep -c "submitted with SLURM jobid" || true)
