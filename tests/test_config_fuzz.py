@@ -118,7 +118,8 @@ def parse(config: dict) -> list[str]:
     if problems:
         return problems
     # the rule files' parse-time helpers (sampling.smk, quant.smk, training.smk)
-    sampling_cells(config["sampling"]), repetition_cells(config["sampling"])
+    sampling_cells(config["sampling"])
+    repetition_cells(config["sampling"])
     for scheme in config["quantization"]["schemes"]:
         SCHEMES[scheme].method  # noqa: B018  (a KeyError here would be an unchecked scheme)
     for name in config["models"]:

@@ -24,7 +24,6 @@ WEIGHTS_FILE = "model.safetensors"  # a checkpoint's weights, whose sha256 is it
 COLUMNS = ["path", "rule", "recorded_code_sha256", "current_code_sha256", "status", "reason"]
 
 
-
 def _check(lineage: Mapping, current_code: Mapping[str, str], workdir: Path | None,
            hashes: dict[str, str]) -> tuple[str, str]:
     rule = lineage.get("rule")
@@ -77,7 +76,7 @@ def stamp_disagreements(provenance: Mapping[str, Mapping], metas: Mapping[str, M
             continue
         stamped, name = str(stamp["checkpoint_sha256"]), stamp.get("model")
         witnesses = {}
-        inputs = ((recorded.get("lineage") or {}).get("inputs_sha256") or {}) if isinstance(recorded, Mapping) else {}
+        inputs = (recorded.get("lineage") or {}).get("inputs_sha256") or {}
         for path, digest in inputs.items():
             if str(path).endswith(f"models/{name}/{WEIGHTS_FILE}"):
                 witnesses[f"its lineage input {path}"] = str(digest)
