@@ -155,7 +155,7 @@ def code_sha256(script: str | Path, root: str | Path, compute: bool) -> str:
 # --- the record each job writes into its outputs ---------------------------------------------
 
 def job_lineage(rule: str, params: Mapping, inputs: Iterable[str]) -> dict:
-    """Lineage of one job: its rule, code hash, settings hash and the sha256 of every input file.
+    """Lineage of one job: its rule, code hash, settings (and their hash) and the sha256 of every input file.
 
     `params` are the rule's params: `code_sha256` (and other `code_*` entries) are code, the
     rest is the config subtree the rule uses.
@@ -164,6 +164,8 @@ def job_lineage(rule: str, params: Mapping, inputs: Iterable[str]) -> dict:
     settings = {key: value for key, value in params.items() if not key.startswith("code_")}
     return {"rule": rule, "code_sha256": params.get("code_sha256"),
             "config_sha256": canonical_sha256(settings),
+            # the values themselves, so a diff can name the key that moved, not only that the hash did
+            "settings": json.loads(json.dumps(settings, ensure_ascii=False, default=str)),
             "inputs_sha256": {str(path): file_sha256(path) for path in inputs if Path(path).is_file()}}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -20,6 +21,59 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The instruction-set flags that pick PyTorch's kernels (and so change timings, and bf16 results).
+KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "amx_tile", "amx_bf16", "amx_int8")
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return sorted(set(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return []
+
+
+def _caches() -> str | None:
+    """'L1d 48K, L1i 32K, L2 2048K, L3 307200K' of cpu0, from sysfs; None where sysfs has none."""
+    parts = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        parts.append(f"L{level}{ {'Data': 'd', 'Instruction': 'i'}.get(kind, '')} {size}")
+    return ", ".join(parts) or None
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def hardware_fingerprint() -> dict:
+    """What tells two machines of one name apart: kernel-relevant CPU flags (and a hash of all of
+    them), cache sizes, cores and memory. `fingerprint` hashes them all; two VMs sold as the same
+    kind but built on different hosts differ here even when their CPU model string agrees."""
+    flags = _cpu_flags()
+    parts = {
+        "cpu_kernel_flags": " ".join(f for f in KERNEL_FLAGS if f in flags) or "none",
+        "cpu_flags_sha256": hashlib.sha256(" ".join(flags).encode()).hexdigest()[:16] if flags else None,
+        "cpu_caches": _caches(),
+        "memory_gib": _memory_gib(),
+    }
+    identity = [cpu_model(), os.cpu_count(), parts["cpu_flags_sha256"], parts["cpu_caches"], parts["memory_gib"]]
+    parts["fingerprint"] = hashlib.sha256(repr(identity).encode()).hexdigest()[:12]
+    return parts
 
 
 def resolve_device(requested: str = "cpu") -> str:
@@ -56,6 +110,7 @@ def machine_stamp(device: str = "cpu") -> dict:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "os": platform.platform(),
+        **hardware_fingerprint(),
         **git_state(),
     }
 
