@@ -2,12 +2,14 @@
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
-from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.lineage import CHECKOUT, job_lineage
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.setup import start_job
 from inferlab.report.build import ReportPaths, run_information, write_report
 from inferlab.report.catalog import FIGURE_CATALOG
 from inferlab.report.inputs import load_inputs
+from inferlab.review.causes import causes_record
+from inferlab.review.metrics import probe_calibration
 from inferlab.review.recording import ReviewPaths
 
 smk = snakemake  # noqa: F821
@@ -33,5 +35,8 @@ paths = ReportPaths(
                        reference=smk.params.reference),
 )
 code_hashes = {**smk.params.code_hashes, "report": smk.params.code_sha256}  # current code per rule: staleness
-for m in write_report(data, paths, run, machine, code_hashes=code_hashes):
+sources = {**tables, **{f"models/{name}": path for name, path in metas.items()}}
+causes = causes_record(sources, smk.params.code_scripts, CHECKOUT, smk.params.config, machine,
+                       probe_calibration(data.table("roofline_probe")))
+for m in write_report(data, paths, run, machine, code_hashes=code_hashes, causes=causes):
     print(f"{m.id}: {m.status}: {m.verdict}", file=log)

@@ -9,7 +9,7 @@ import pytest
 from inferlab.core import sampler as sampling
 from inferlab.kvcache import bench as kvbench
 from inferlab.quant import bench as quant_bench
-from inferlab.review import diff
+from inferlab.review import diff, diff_summary, verdicts
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
 from inferlab.sampling import repetition
@@ -115,7 +115,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
 
 
 def changed(d: pd.DataFrame) -> pd.DataFrame:
-    return d[d["verdict"].isin([diff.CHANGED, diff.FLIPPED])]
+    return d[d["verdict"].isin([verdicts.CHANGED, verdicts.FLIPPED])]
 
 
 # ------------------------------------------------------------------------------------ metrics table
@@ -156,30 +156,30 @@ def test_absent_tables_are_skipped_and_extra_columns_flow_through():
 
 
 def test_two_identical_runs_show_no_change():
-    d = diff.diff_metrics(run_metrics(timing_seed=0), run_metrics(timing_seed=0))
-    assert set(d["verdict"]) == {diff.UNCHANGED}
+    d = verdicts.diff_metrics(run_metrics(timing_seed=0), run_metrics(timing_seed=0))
+    assert set(d["verdict"]) == {verdicts.UNCHANGED}
 
 
 def test_reruns_with_timing_wobble_only_move_timings_within_noise():
-    d = diff.diff_metrics(run_metrics(timing_seed=0), run_metrics(timing_seed=1))
+    d = verdicts.diff_metrics(run_metrics(timing_seed=0), run_metrics(timing_seed=1))
     assert changed(d).empty
     timing_rows = d[d.noise_kind == REP_RANGE]
     assert (timing_rows["delta"].abs() > 0).any()  # the timings did move ...
-    assert diff.WITHIN in set(timing_rows["verdict"])  # ... and were judged as noise
-    assert (d.loc[d.noise_kind == EXACT, "verdict"] == diff.UNCHANGED).all()
+    assert verdicts.WITHIN in set(timing_rows["verdict"])  # ... and were judged as noise
+    assert (d.loc[d.noise_kind == EXACT, "verdict"] == verdicts.UNCHANGED).all()
 
 
 def test_timings_from_too_few_reruns_have_no_noise_estimate():
     # the quick config runs 1-2 reruns: a min-max over them is no noise estimate, so never "changed"
-    d = diff.diff_metrics(run_metrics(timing_seed=0, reps=2), run_metrics(timing_seed=1, reps=2))
+    d = verdicts.diff_metrics(run_metrics(timing_seed=0, reps=2), run_metrics(timing_seed=1, reps=2))
     assert changed(d).empty
-    assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == diff.NO_NOISE).all()
+    assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == verdicts.NO_NOISE).all()
 
 
 def test_a_changed_scheme_changes_only_its_rows_and_what_derives_from_them():
     old = run_metrics()
     new = run_metrics(quant_changes={"int4_per_channel_sym": 0.2}, statuses={"M4": "fail"})
-    d = changed(diff.diff_metrics(old, new))
+    d = changed(verdicts.diff_metrics(old, new))
     touched = set(zip(d.experiment, d.metric, d.key, strict=True))
     assert ("quant", "delta_loss", "int4_per_channel_sym") in touched
     assert ("quant", "chosen_scheme", "chosen") in touched
@@ -188,38 +188,38 @@ def test_a_changed_scheme_changes_only_its_rows_and_what_derives_from_them():
 
 
 def test_a_change_inside_the_floor_is_within_noise():
-    d = diff.diff_metrics(run_metrics(), run_metrics(quant_changes={"int3_per_tensor_sym": 0.300 + FLOOR / 2}))
+    d = verdicts.diff_metrics(run_metrics(), run_metrics(quant_changes={"int3_per_tensor_sym": 0.300 + FLOOR / 2}))
     row = d[(d.metric == "delta_loss") & (d.key == "int3_per_tensor_sym")].iloc[0]
-    assert row.verdict == diff.WITHIN and row.delta == pytest.approx(FLOOR / 2)
+    assert row.verdict == verdicts.WITHIN and row.delta == pytest.approx(FLOOR / 2)
 
 
 def test_a_milestone_flip_heads_the_diff():
     old = run_metrics()
     new = run_metrics(quant_changes={"int8_per_channel_sym": 0.5}, statuses={"M2": "fail"})
-    d = diff.diff_metrics(old, new)
-    assert d.iloc[0].verdict == diff.FLIPPED and d.iloc[0].key == "M2"
-    assert d.iloc[1].verdict == diff.CHANGED
-    markdown = diff.to_markdown(d, "old", "new")
+    d = verdicts.diff_metrics(old, new)
+    assert d.iloc[0].verdict == verdicts.FLIPPED and d.iloc[0].key == "M2"
+    assert d.iloc[1].verdict == verdicts.CHANGED
+    markdown = diff_summary.to_markdown(d, "old", "new")
     assert markdown.index("flipped") < markdown.index("changed** | quant")
 
 
 def test_timings_from_another_machine_are_not_comparable():
-    d = diff.diff_metrics(run_metrics(machine=MACHINE_A), run_metrics(machine=MACHINE_B))
+    d = verdicts.diff_metrics(run_metrics(machine=MACHINE_A), run_metrics(timing_seed=1, machine=MACHINE_B))
     timings = d[d.noise_kind == REP_RANGE]
-    assert not timings.empty and (timings["verdict"] == diff.NOT_COMPARABLE).all()
-    assert (d.loc[d.noise_kind == EXACT, "verdict"] == diff.UNCHANGED).all()  # machine-free numbers still compare
+    assert not timings.empty and (timings["verdict"] == verdicts.NOT_COMPARABLE).all()
+    assert (d.loc[d.noise_kind == EXACT, "verdict"] == verdicts.UNCHANGED).all()  # machine-free numbers still compare
 
 
 def test_a_contended_run_makes_timings_not_comparable():
-    d = diff.diff_metrics(run_metrics(), run_metrics(contended=True))
-    assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == diff.NOT_COMPARABLE).all()
+    d = verdicts.diff_metrics(run_metrics(), run_metrics(timing_seed=1, contended=True))
+    assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == verdicts.NOT_COMPARABLE).all()
 
 
 def test_timing_outside_the_widened_range_is_changed():
     old, new = run_metrics(), run_metrics()
     row = (new.experiment == "kvcache") & (new.metric == "speed_ratio") & (new.key == "64")
     new.loc[row, ["value", "low", "high"]] = new.loc[row, ["value", "low", "high"]] * 2
-    d = diff.diff_metrics(old, new)
+    d = verdicts.diff_metrics(old, new)
     assert changed(d)[["metric", "key"]].values.tolist() == [["speed_ratio", "64"]]
 
 
@@ -227,9 +227,9 @@ def test_added_and_removed_rows_are_listed():
     old = run_metrics()
     new = run_metrics()[lambda t: t.experiment != "speculative"]
     new = pd.concat([new, new[new.metric == "kept"].head(1).assign(key="new_cell")])
-    d = diff.diff_metrics(old, new)
-    assert (d.loc[d.experiment == "speculative", "verdict"] == diff.REMOVED).all()
-    assert d.loc[d.key == "new_cell", "verdict"].tolist() == [diff.ADDED]
+    d = verdicts.diff_metrics(old, new)
+    assert (d.loc[d.experiment == "speculative", "verdict"] == verdicts.REMOVED).all()
+    assert d.loc[d.key == "new_cell", "verdict"].tolist() == [verdicts.ADDED]
 
 
 def test_figure_is_a_png():
@@ -254,7 +254,7 @@ def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys, monkey
     assert diff.main(["--figure", "f.png", "--table", "d.parquet", "--markdown", "d.md"]) == 0
     assert f"Changes since run {first.name}" in capsys.readouterr().out
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
-    assert pd.read_parquet(tmp_path / "d.parquet").iloc[0].verdict == diff.FLIPPED
+    assert pd.read_parquet(tmp_path / "d.parquet").iloc[0].verdict == verdicts.FLIPPED
     assert "M3" in (tmp_path / "d.md").read_text()
 
 
@@ -295,9 +295,9 @@ def test_milestone_style_stamps_and_per_experiment_overrides_are_flattened():
 
 
 def test_milestone_card_lines_name_the_flip_and_the_change():
-    d = diff.diff_metrics(run_metrics(), run_metrics(quant_changes={"int4_per_channel_sym": 0.2},
+    d = verdicts.diff_metrics(run_metrics(), run_metrics(quant_changes={"int4_per_channel_sym": 0.2},
                                                      statuses={"M4": "fail"}))
-    lines = diff.milestone_change_lines(d)
+    lines = diff_summary.milestone_change_lines(d)
     assert lines["M4"].startswith("flipped pass → fail")
     assert "chosen_scheme chosen: int4_per_channel_sym → int4_g32_sym" in lines["M4"]
     assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]

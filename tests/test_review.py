@@ -21,8 +21,9 @@ from inferlab.report.build import write_report
 from inferlab.report.milestones.common import FAIL, PASS
 from inferlab.report.opening import STALE_STATUS
 from inferlab.review import ledger
-from inferlab.review.diff import CHANGED, FLIPPED, diff_metrics, load
+from inferlab.review.diff import load
 from inferlab.review.recording import ReviewPaths
+from inferlab.review.verdicts import CHANGED, FLIPPED, diff_metrics
 from inferlab.training.noise_floor import within_noise
 from tests.test_report import MACHINE, QUANT_SCHEMES, _paths, full_data, quant_rows, quant_tables, spec_tables
 

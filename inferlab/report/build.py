@@ -65,13 +65,16 @@ def run_metrics(data: ReportInputs, milestones: list[Milestone]) -> pd.DataFrame
 
 
 def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dict | None = None,
-                 code_hashes: dict[str, str] | None = None, workdir: str | None = ".") -> list[Milestone]:
+                 code_hashes: dict[str, str] | None = None, workdir: str | None = ".",
+                 causes: dict | None = None) -> list[Milestone]:
     """Every report output; with paths.review also metrics.parquet, the bundle and a ledger entry.
 
     1. the milestone checks; 2. the chain check: stale inputs make their milestones `stale`
     (only when code_hashes, the current code hash per rule, is given); 3. this run's metrics and
     the diff against the previous ledger entry / pinned reference; 4. the documents and exports;
     5. the bundle, then the ledger entry (last: it records the hashes of everything above).
+    causes: this run's causes record (inferlab.review.causes), kept in the ledger so that a later
+    diff can name why a number moved.
     """
     machine = machine or machine_stamp("cpu")
     milestones = check_all(data, machine)
@@ -80,7 +83,7 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         opening.mark_stale(milestones, lineage)
     metrics = run_metrics(data, milestones)
     changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference),
-                             new_config=run.get("config_sha256"))
+                             new_config=run.get("config_sha256"), new_record=causes)
                if paths.review else Changes(None, None, "## Changes since …\n\nNot compared: this report was "
                                             "written without a ledger.\n", None))
     blocks = {"opening": opening.opening_blocks(milestones, changes), "provenance": opening.lineage_blocks(lineage)}
@@ -133,5 +136,5 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         )
     Path(paths.workbench).write_text(page, encoding="utf-8")
     if paths.review is not None:
-        bundle_and_record(paths, paths.review, metrics, changes, run, machine, code_hashes)
+        bundle_and_record(paths, paths.review, metrics, changes, run, machine, code_hashes, causes)
     return milestones

@@ -5,8 +5,9 @@ build.py calls these after the milestone checks and before rendering:
    against the current code hashes (inferlab.review.staleness);
 2. mark_stale: a milestone with a stale input becomes `stale` (never pass), and its stamps name
    the code hash that made its numbers;
-3. opening_blocks: one card per milestone (status, headline, stamps in one line, what changed
-   since the reference), then the "Changes since …" section with the old/new overlay figure.
+3. opening_blocks: a warning for every unexplained change, one card per milestone (status,
+   headline, stamps in one line, what changed since the reference and why), then the
+   "Changes since …" section, grouped by cause, with the old/new overlay figure.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import pandas as pd
 
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
-from inferlab.review.diff import SHOWN, Changes, counts, milestone_change_lines
+from inferlab.review.diff import Changes
+from inferlab.review.diff_summary import (
+    cause_groups,
+    counts,
+    milestone_change_lines,
+    needs_look,
+    reproducibility_line,
+    unexplained,
+)
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.staleness import STALE, lineage_table, mark_disagreements, stale_inputs, stamp_disagreements
 
@@ -97,9 +106,8 @@ def _value(value, text) -> object:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def changes_table(diff: pd.DataFrame) -> pd.DataFrame:
-    """What needs a look (flips first), as the report shows it."""
-    shown = diff[diff["verdict"].isin(SHOWN)]
+def changes_table(shown: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the diff as the report shows them."""
     texts = shown["old_text"].notna() | shown["new_text"].notna()  # a status or a choice: no Δ
     return pd.DataFrame({
         "verdict": shown["verdict"], "experiment": shown["experiment"], "metric": shown["metric"],
@@ -110,12 +118,41 @@ def changes_table(diff: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tuple]:
+    """One warning for the first screen when a deterministic number moved with nothing recorded changed."""
+    if diff is None or unexplained(diff).empty:
+        return []
+    rows = unexplained(diff)
+    named = "; ".join(f"{r.experiment} {r.metric} {r.key} ({r.cause.split(': ', 1)[-1]})"
+                      for r in rows.head(listed).itertuples())
+    more = f"; and {len(rows) - listed} more" if len(rows) > listed else ""
+    return [("warning", f"Unexplained: {len(rows)} deterministic metric(s) moved and nothing recorded differs "
+                        f"(code, config, inputs, machine): {named}{more}. The lab is not reproducible there; "
+                        "see “Changes since …”.")]
+
+
+def change_groups(diff: pd.DataFrame, listed: int = 8) -> list[tuple]:
+    """One heading line and a short table per cause: one config edit is one line, with what it moved."""
+    blocks: list[tuple] = []
+    shown = needs_look(diff)
+    for kind, cause, rows in cause_groups(shown):
+        text = cause if cause.startswith(kind + ": ") else f"{kind}: {cause}"
+        more = f" (the first {listed} of {len(rows)})" if len(rows) > listed else ""
+        blocks += [("p", f"{text} — moved {len(rows)} metric(s)"),
+                   ("table", changes_table(rows.head(listed)), f"Metrics with this cause{more}")]
+    rest = shown[shown["cause"].isna()]
+    if len(rest):
+        blocks.append(("table", changes_table(rest.head(listed)), "Added or removed metrics"))
+    return blocks
+
+
 def opening_blocks(milestones: list[Milestone], changes: Changes | None) -> list[tuple]:
-    """The first screen: one card per milestone, then "Changes since …" with its figure."""
+    """The first screen: any unexplained change, one card per milestone, then "Changes since …" by cause."""
     lines = (milestone_change_lines(changes.table) if changes is not None and changes.table is not None
              else {})
     since = f"Since {changes.old_label}" if changes is not None and changes.old_label else "Since the reference"
-    blocks: list[tuple] = [
+    blocks: list[tuple] = unexplained_warnings(changes.table if changes is not None else None)
+    blocks += [
         ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
         for m in milestones
     ]
@@ -130,12 +167,10 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None) -> list
         ("h2", f"Changes since {changes.old_label}"),
         ("p", "Each metric against its own noise (python -m inferlab.review.diff): "
               + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + "."),
+        ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
     ]
-    shown = changes_table(changes.table)
-    if shown.empty:
-        blocks.append(("p", "No metric changed beyond its noise."))
-    else:
-        blocks.append(("table", shown, "Metrics that need a look (flips first)"))
+    groups = change_groups(changes.table)
+    blocks += groups or [("p", "No metric changed beyond its noise.")]
     blocks.append(("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed ratios "
                                              "and quantization Δloss, with their noise"))
     return blocks

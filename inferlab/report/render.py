@@ -1,6 +1,6 @@
 """The report as a list of blocks, rendered twice: self-contained HTML and diffable Markdown.
 
-Blocks: ("h1"|"h2"|"h3"|"p"|"note", text), ("table", DataFrame, caption), ("figure", stem, caption),
+Blocks: ("h1"|"h2"|"h3"|"p"|"note"|"warning", text), ("table", DataFrame, caption), ("figure", stem, caption),
 ("stamps", stamps dict), ("milestone", Milestone),
 ("card", Milestone, headline, stamp line, change line): the first screen's one card per milestone.
 The HTML embeds figures as base64 PNG and
@@ -56,6 +56,7 @@ caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 .stale{color:#6a1b9a;font-weight:700}.card{border:1px solid #bbc;border-radius:4px;padding:.3em 1em;margin:.6em 0}
 .card p{margin:.25em 0}
 .milestone{border:1px solid #ddd;padding:.5em 1em;margin:1em 0}.note{color:#555;font-size:.9em}
+.warning{border-left:4px solid #b00;background:#fdecec;padding:.5em 1em}
 .theirs{background:#fff6e0}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:.85em;color:#444}"""
 
 
@@ -91,6 +92,8 @@ def to_html(doc: Document) -> str:
             parts.append(f"<p>{html.escape(block[1])}</p>")
         elif kind == "note":
             parts.append(f'<p class="note">{html.escape(block[1])}</p>')
+        elif kind == "warning":
+            parts.append(f'<p class="warning" role="alert">{html.escape(block[1])}</p>')
         elif kind == "table":
             parts.append(_html_table(block[1], block[2]))
         elif kind == "figure":
@@ -139,6 +142,8 @@ def to_markdown(doc: Document, figure_dir: str = "figures") -> str:
             lines += [block[1], ""]
         elif kind == "note":
             lines += [f"*{block[1]}*", ""]
+        elif kind == "warning":
+            lines += [f"> **Warning:** {block[1]}", ""]
         elif kind == "table":
             df = block[1]
             lines += [

@@ -25,12 +25,31 @@ import pandas as pd
 NOISE_FLOOR, BOOTSTRAP_CI, REP_RANGE, EXACT = "noise_floor", "bootstrap_ci", "rep_range", "exact"
 
 ID_COLUMNS = ["experiment", "metric", "key"]
-COLUMNS = [*ID_COLUMNS, "value", "text_value", "unit", "low", "high", "noise_kind", "timing", "higher_is_better"]
+# `source`: the report input the row was read from (a table key, "models/<name>", "milestones/<id>"),
+# where the diff starts its walk for the row's cause.
+COLUMNS = [*ID_COLUMNS, "value", "text_value", "unit", "low", "high", "noise_kind", "timing", "higher_is_better",
+           "source"]
 # Flat stamp columns; a stamp the caller does not know stays empty.
 STAMP_COLUMNS = ["model", "checkpoint_sha256", "machine_cpu_model", "machine_device", "machine_device_name",
-                 "machine_node", "repeats", "baseline", "contended"]
+                 "machine_node", "machine_fingerprint", "repeats", "baseline", "contended"]
 # The machine columns a timing is only comparable across when they are equal.
-MACHINE_COLUMNS = ["machine_cpu_model", "machine_device", "machine_device_name", "machine_node"]
+MACHINE_COLUMNS = ["machine_cpu_model", "machine_device", "machine_device_name", "machine_node", "machine_fingerprint"]
+# This run's roofline probe on every row: a speed calibration that tells two VMs of one kind apart.
+CALIBRATION_COLUMNS = {"bandwidth_GB_per_s": "calibration_bandwidth_GB_per_s",
+                       "peak_GFLOP_per_s": "calibration_peak_GFLOP_per_s"}
+
+# A deterministic number is the same in two runs when it agrees to this relative tolerance: two
+# machines that sum in another order differ by ~1e-16, and any real change is many orders larger.
+# Timings are never "the same"; their rep range judges them.
+IDENTICAL_RTOL = 1e-12
+TOLERANCE = {EXACT: IDENTICAL_RTOL, NOISE_FLOOR: IDENTICAL_RTOL, BOOTSTRAP_CI: IDENTICAL_RTOL, REP_RANGE: 0.0}
+
+
+def identical(old: float, new: float, kind: str) -> bool:
+    """Equal within the kind's relative tolerance (exactly equal for timings)."""
+    if old == new:
+        return True
+    return abs(new - old) <= TOLERANCE.get(kind, 0.0) * max(abs(old), abs(new))
 
 # A min-max range over fewer reruns than this is no estimate of the noise (with 2 reruns a
 # rerun's median falls outside the first run's range a third of the time); such rows keep
@@ -44,11 +63,11 @@ REPETITION_DIRECTION = {"seq_rep_4": False, "distinct_1": True, "distinct_2": Tr
 
 def _row(experiment: str, metric: str, key: str, value, unit: str, noise_kind: str, *,
          low=math.nan, high=math.nan, timing: bool = False, higher_is_better: bool | None = None,
-         text_value: str | None = None) -> dict:
+         text_value: str | None = None, source: str | None = None) -> dict:
     return {"experiment": experiment, "metric": metric, "key": key,
             "value": float(value) if value is not None else math.nan, "text_value": text_value,
             "unit": unit, "low": float(low), "high": float(high), "noise_kind": noise_kind,
-            "timing": timing, "higher_is_better": higher_is_better}
+            "timing": timing, "higher_is_better": higher_is_better, "source": source}
 
 
 def _range(low, high, reps) -> dict:
@@ -222,21 +241,31 @@ def model_rows(noise_floor: pd.DataFrame | None, metas: dict[str, dict] | None) 
     rows, floor = [], math.nan
     if noise_floor is not None and not noise_floor.empty:
         floor = float(noise_floor["floor"].iloc[0])
-        rows.append(_row("models", "noise_floor", "floor", floor, "nats", EXACT))
-    losses = {name: meta["val_loss"] for name, meta in (metas or {}).items() if "val_loss" in meta}
+        rows.append(_row("models", "noise_floor", "floor", floor, "nats", EXACT, source="noise_floor"))
+    losses = {name: (meta["val_loss"], f"models/{name}") for name, meta in (metas or {}).items()
+              if "val_loss" in meta}
     for r in _records(noise_floor):
-        losses.setdefault(str(r["run"]), r["val_loss"])
-    for name, loss in sorted(losses.items()):
+        losses.setdefault(str(r["run"]), (r["val_loss"], "noise_floor"))
+    for name, (loss, source) in sorted(losses.items()):
         rows.append(_row("models", "val_loss", name, loss, "nats", NOISE_FLOOR, low=loss - floor,
-                         high=loss + floor, higher_is_better=False))
+                         high=loss + floor, higher_is_better=False, source=source))
     return rows
 
 
 def milestone_rows(milestones: pd.DataFrame | None) -> list[dict]:
     """Each milestone's status: value 1 for pass, 0 otherwise; the status word in text_value."""
     return [_row("milestones", "status", str(r["milestone"]), 1.0 if r["status"] == "pass" else 0.0, "",
-                 EXACT, higher_is_better=True, text_value=str(r["status"]))
+                 EXACT, higher_is_better=True, text_value=str(r["status"]), source=f"milestones/{r['milestone']}")
             for r in _records(milestones)]
+
+
+def probe_calibration(probes: pd.DataFrame | None) -> dict[str, float]:
+    """{bandwidth_GB_per_s, peak_GFLOP_per_s}: the best rate any probe of this run reached; {} without a probe."""
+    if probes is None or probes.empty:
+        return {}
+    rates = {"bandwidth_GB_per_s": probes.loc[probes["unit"] == "GB/s", "value"].max(),
+             "peak_GFLOP_per_s": probes.loc[probes["unit"] == "GFLOP/s", "value"].max()}
+    return {k: float(v) for k, v in rates.items() if not _is_nan(float(v))}
 
 
 # One builder per report table key (inferlab.report.inputs.TABLE_PATHS).
@@ -279,17 +308,20 @@ def metrics_table(tables: dict[str, pd.DataFrame | None], milestones: pd.DataFra
     1. each known table that is present contributes its headline rows (absent ones none);
     2. the models' validation losses (meta.json, noise-floor runs) and the floor;
     3. each milestone's status;
-    4. the stamps as flat columns on every row.
+    4. the stamps as flat columns on every row, and this run's probe rates (the calibration).
     """
-    rows = [row for key, build in TABLE_ROWS.items() for row in build(tables.get(key))]
+    rows = [{**row, "source": key} for key, build in TABLE_ROWS.items() for row in build(tables.get(key))]
     rows += model_rows(tables.get("noise_floor"), metas)
     rows += milestone_rows(milestones)
     table = pd.DataFrame(_stamped(rows, stamps), columns=[*COLUMNS, *STAMP_COLUMNS])
+    calibration = probe_calibration(tables.get("roofline_probe"))
+    for field, column in CALIBRATION_COLUMNS.items():
+        table[column] = calibration.get(field, math.nan)
     duplicated = table.duplicated(ID_COLUMNS, keep=False)
     if duplicated.any():
         raise ValueError(f"metrics table has duplicate keys: {table.loc[duplicated, ID_COLUMNS].values.tolist()}")
     table["higher_is_better"] = table["higher_is_better"].astype("boolean")
     table["contended"] = table["contended"].astype("boolean")
-    for column in ("text_value", "model", "checkpoint_sha256", "repeats", "baseline", *MACHINE_COLUMNS):
+    for column in ("text_value", "source", "model", "checkpoint_sha256", "repeats", "baseline", *MACHINE_COLUMNS):
         table[column] = table[column].astype("string")
     return table

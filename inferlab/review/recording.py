@@ -56,10 +56,12 @@ def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Ch
 
 
 def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes | None, run: dict,
-                      machine: dict, code_hashes: dict | None) -> Path:
+                      machine: dict, code_hashes: dict | None, causes: dict | None = None) -> Path:
     """1. metrics.parquet; 2. the bundle; 3. the ledger entry with the sha256 of every report file.
+    Both the table and the entry keep the causes record (a pinned reference copies it from the table).
     Returns the ledger entry's directory."""
-    write_table(metrics, review.metrics, provenance={"machine": machine, "config_sha256": run.get("config_sha256")})
+    write_table(metrics, review.metrics, provenance={"machine": machine, "config_sha256": run.get("config_sha256"),
+                                                     "causes": causes})
     with tempfile.TemporaryDirectory() as work:
         build_bundle(review.bundle, bundle_files(paths, review.metrics, Path(work), run.get("config") or {},
                                                  changes))
@@ -72,6 +74,7 @@ def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes
         "code_hashes": code_hashes,
         "machine": machine,
         "compared_with": changes.old_label if changes else None,
+        "causes": causes,
     }
     if machine.get("git_commit"):
         manifest.update({"git_commit": machine.get("git_commit"), "git_dirty": machine.get("git_dirty")})

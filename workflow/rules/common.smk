@@ -134,6 +134,12 @@ def all_code_hashes():
     return hashes
 
 
+def all_code_scripts():
+    """{rule: its script, relative to the checkout}: the report names the modules behind a code change."""
+    return {defined.name: f"scripts/{Path(defined.script).name}" for defined in workflow.rules
+            if defined.script is not None}
+
+
 def training_minutes(name):
     """Rough runtime request for cluster executors: ~10 min for the default target."""
     steps = train_config(name)["steps"]

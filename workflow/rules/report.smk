@@ -56,6 +56,7 @@ rule report:
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},
         config=config,   # hashed into the report's provenance section
         code_hashes=all_code_hashes(),   # current code_sha256 per rule: the staleness check of inputs
+        code_scripts=all_code_scripts(),   # per rule: the script whose modules the diff names behind a code change
         benchmark_dir="results/benchmarks",
         # the ledger is appended to, never declared: Snakemake deletes outputs before a rerun
         history="results/history",

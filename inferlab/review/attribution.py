@@ -1,0 +1,227 @@
+"""Why a metric moved: the nearest recorded difference between two runs' causes records.
+
+For one metric, the walk starts at the table that holds it (the metrics table's `source`) and
+goes up the DAG through every input whose recorded sha256 differs, stopping at the first job
+that itself differs. Most specific first, a job differs by
+  1. config:  its resolved settings (named by their config path where the run's config shows
+              the same old → new change);
+  2. code:    its rule's code hash, named module by module (or library: only the numeric stack's
+              versions moved);
+  3. input:   a file without lineage of its own (the corpus) whose content changed;
+  4. machine: the same job ran on another machine (CPU, flags, caches, node, threads).
+A deterministic metric that moved with none of these recorded is **unexplained**: the lab is
+not reproducible at that point. A timing is also judged against the machines' own stamps and
+this run's probe (calibration), since the same code runs at another speed on another VM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from inferlab.review.causes import META_FILE, lineage_key
+from inferlab.review.milestone_map import MILESTONE_INPUTS
+
+UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORDED = (
+    "unexplained", "config", "code", "library", "input", "machine", "contended", "noise", "not recorded")
+# How the diff orders causes: a determinism bug first, then the most specific cause.
+CAUSE_ORDER = [UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOT_RECORDED, NOISE]
+
+# The machine-stamp fields a job's results can depend on, with how a change is named.
+MACHINE_FIELDS = {"cpu_model": "CPU", "cpu_kernel_flags": "kernel flags", "cpu_caches": "caches",
+                  "memory_gib": "memory GiB", "cpu_cores": "cores", "torch_threads": "torch threads",
+                  "device_name": "device", "node": "node"}
+# Two probes of one machine agree within this ratio; beyond it the machines run at other speeds.
+CALIBRATION_RATIO = 1.2
+CALIBRATION_FIELDS = {"bandwidth_GB_per_s": ("probe bandwidth", "GB/s"),
+                      "peak_GFLOP_per_s": ("probe matmul", "GFLOP/s")}
+
+
+@dataclass(frozen=True)
+class Cause:
+    kind: str
+    text: str  # the same for every metric one difference moved, so the diff can group by it
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.text}"
+
+
+def label(path: str) -> str:
+    parts = PurePosixPath(lineage_key(path)).parts
+    if parts[-1] == META_FILE and len(parts) >= 2:
+        return f"checkpoint {parts[-2]}"
+    return str(path)
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "absent"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def flatten(value, prefix: str = "") -> dict[str, object]:
+    """{dotted path: leaf} of nested dicts; lists and scalars are leaves."""
+    if isinstance(value, Mapping):
+        out = {}
+        for key, inner in value.items():
+            out.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def leaf_changes(old, new) -> dict[str, tuple]:
+    old_flat, new_flat = flatten(old or {}), flatten(new or {})
+    return {key: (old_flat.get(key), new_flat.get(key)) for key in sorted(old_flat.keys() | new_flat.keys())
+            if old_flat.get(key) != new_flat.get(key)}
+
+
+def config_changes(old_settings, new_settings, old_config, new_config) -> list[str]:
+    """'path old → new' per changed setting, named by the config path that made the same change
+    (e.g. the rule's `gptq.damp` is the config's `quantization.gptq.damp`)."""
+    in_config = leaf_changes(old_config, new_config)
+    named = []
+    for key, change in leaf_changes(old_settings, new_settings).items():
+        paths = [p for p, c in in_config.items() if c == change]
+        last = key.rsplit(".", 1)[-1]
+        paths = [p for p in paths if p.rsplit(".", 1)[-1] == last] or paths
+        for path in paths or [key]:
+            named.append(f"{path} {_shown(change[0])} → {_shown(change[1])}")
+    return sorted(set(named))
+
+
+def _module_path(name: str, modules: Mapping[str, str]) -> str:
+    is_package = any(other.startswith(name + ".") for other in modules)
+    return "/".join(name.split(".")) + ("/__init__.py" if is_package else ".py")
+
+
+def code_changes(rule: str, old_rule: Mapping | None, new_rule: Mapping | None) -> Cause:
+    """The modules (or numeric-stack versions) that make a rule's code hash differ."""
+    if not old_rule or not new_rule or old_rule.get("modules") is None or new_rule.get("modules") is None:
+        return Cause(CODE, f"{rule} (its code hash differs; the modules behind it were not recorded)")
+    old_modules, new_modules = old_rule["modules"], new_rule["modules"]
+    changed = [_module_path(m, {**old_modules, **new_modules}) for m in sorted(old_modules.keys() | new_modules.keys())
+               if old_modules.get(m) != new_modules.get(m)]
+    if old_rule.get("script") != new_rule.get("script"):
+        changed.insert(0, f"the script of {rule}")
+    if changed:
+        return Cause(CODE, f"{rule}: {', '.join(changed)}")
+    versions = leaf_changes(old_rule.get("versions"), new_rule.get("versions"))
+    if versions:
+        return Cause(LIBRARY, ", ".join(f"{k} {_shown(a)} → {_shown(b)}" for k, (a, b) in versions.items()))
+    return Cause(CODE, f"{rule} (its code hash differs, but not in a recorded module)")
+
+
+def machine_changes(old: Mapping | None, new: Mapping | None) -> str | None:
+    """'CPU A → B; node x → y' for the fields that differ; None when they agree or either is unknown."""
+    if not old or not new:
+        return None
+    parts = [f"{name} {_shown(old.get(field))} → {_shown(new.get(field))}" for field, name in MACHINE_FIELDS.items()
+             if field in old or field in new
+             if old.get(field) != new.get(field)]
+    return "; ".join(parts) or None
+
+
+def calibration_changes(old: Mapping | None, new: Mapping | None) -> str | None:
+    """'probe bandwidth 121 → 186 GB/s' where this run's probe differs from the other's by more than
+    CALIBRATION_RATIO; None when they agree or either run has no probe."""
+    if not old or not new:
+        return None
+    parts = []
+    for field, (name, unit) in CALIBRATION_FIELDS.items():
+        a, b = old.get(field), new.get(field)
+        if a is None or b is None or not (a > 0 and b > 0) or math.isnan(a) or math.isnan(b):
+            continue
+        if max(a, b) / min(a, b) > CALIBRATION_RATIO:
+            parts.append(f"{name} {a:.3g} → {b:.3g} {unit}")
+    return "; ".join(parts) or None
+
+
+class Walk:
+    """The lineage walk over two causes records (old, new), cached per file."""
+
+    def __init__(self, old: Mapping, new: Mapping):
+        self.old, self.new = old, new
+        self._cache: dict[str, list[Cause] | None] = {}
+
+    def entries(self, path: str) -> tuple[Mapping | None, Mapping | None]:
+        key = lineage_key(path)
+        return self.old.get("files", {}).get(key), self.new.get("files", {}).get(key)
+
+    def file_causes(self, path: str) -> list[Cause] | None:
+        """The nearest recorded differences behind one file; [] when both runs recorded it the same,
+        None when either run did not record it."""
+        key = lineage_key(path)
+        if key not in self._cache:
+            self._cache[key] = None  # a cycle (none exist in a DAG) ends here
+            self._cache[key] = self._differences(*self.entries(path))
+        return self._cache[key]
+
+    def _differences(self, old: Mapping | None, new: Mapping | None) -> list[Cause] | None:
+        if old is None or new is None:
+            return None
+        own = []  # the job itself differs: its settings, its code, or both
+        if old.get("config_sha256") != new.get("config_sha256"):
+            named = config_changes(old.get("settings"), new.get("settings"), self.old.get("config"),
+                                   self.new.get("config"))
+            own.append(Cause(CONFIG, "; ".join(named) if named and old.get("settings") is not None
+                             else f"{new.get('rule')} settings (values not recorded)"))
+        if old.get("code_sha256") != new.get("code_sha256"):
+            rule = new.get("rule")
+            own.append(code_changes(rule, self.old.get("rules", {}).get(rule), self.new.get("rules", {}).get(rule)))
+        if own:
+            return own
+        causes = []
+        old_inputs, new_inputs = old.get("inputs_sha256") or {}, new.get("inputs_sha256") or {}
+        for path in sorted(old_inputs.keys() | new_inputs.keys()):
+            if old_inputs.get(path) != new_inputs.get(path):
+                causes += self._input_causes(path, old_inputs.get(path), new_inputs.get(path))
+        if causes:
+            return _unique(causes)
+        moved = machine_changes(old.get("machine"), new.get("machine"))
+        return [Cause(MACHINE, f"{new.get('rule')} ran on another machine: {moved}")] if moved else []
+
+    def _input_causes(self, path: str, old_sha, new_sha) -> list[Cause]:
+        upstream = self.file_causes(path)
+        if upstream is None:  # a file without lineage (the corpus) or one a run did not record
+            if old_sha is None or new_sha is None:
+                return [Cause(INPUT, f"{label(path)} {'added' if old_sha is None else 'removed'} as an input")]
+            return [Cause(INPUT, f"{label(path)} changed (sha256 {str(old_sha)[:8]} → {str(new_sha)[:8]})")]
+        if not upstream:
+            rule = (self.entries(path)[1] or {}).get("rule")
+            return [Cause(UNEXPLAINED, f"{label(path)} changed though nothing its job ({rule}) records "
+                                       "differs: that job is not deterministic")]
+        verb = " retrained" if label(path).startswith("checkpoint ") else ""
+        return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else Cause(INPUT, f"{label(path)}{verb}: {c}")
+                for c in upstream]
+
+
+def _unique(causes: list[Cause]) -> list[Cause]:
+    return sorted(set(causes), key=lambda c: (CAUSE_ORDER.index(c.kind), c.text))
+
+
+def source_files(source: str | None, record: Mapping) -> list[str]:
+    """The files a metric's `source` stands for: one table, a checkpoint, or a milestone's tables."""
+    sources = record.get("sources") or {}
+    if source and source.startswith("milestones/"):
+        inputs = MILESTONE_INPUTS.get(source.split("/", 1)[1])
+        keys = inputs.tables if inputs else ()
+    else:
+        keys = (source,) if source else ()
+    return [sources[k] for k in keys if k in sources]
+
+
+def lineage_causes(source: str | None, old: Mapping | None, new: Mapping | None,
+                   walk: Walk | None = None) -> list[Cause] | None:
+    """The recorded differences behind a metric's source table(s); None when a run recorded no lineage."""
+    if not old or not new:
+        return None
+    walk = walk or Walk(old, new)
+    files = source_files(source, new) or source_files(source, old)
+    found = [walk.file_causes(path) for path in files]
+    if not files or any(f is None for f in found):
+        return None
+    return _unique([c for f in found for c in f])

@@ -1,0 +1,161 @@
+"""How a diff reads: the counts, the reproducibility line, the changes grouped by cause (Markdown),
+and one line per milestone card."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from inferlab.review.attribution import CAUSE_ORDER, UNEXPLAINED
+from inferlab.review.metrics import IDENTICAL_RTOL
+from inferlab.review.milestone_map import MILESTONE_INPUTS
+from inferlab.review.numbers import fmt
+from inferlab.review.verdicts import (
+    ADDED,
+    CHANGED,
+    FLIPPED,
+    NOT_COMPARABLE,
+    REMOVED,
+    SHOWN,
+    VERDICT_ORDER,
+    WITHIN,
+    missing,
+    same,
+)
+
+
+def reproducibility(diff: pd.DataFrame) -> dict:
+    """Over the deterministic metrics in both runs: how many are identical, within IDENTICAL_RTOL, or differ."""
+    both = diff[~diff["timing"] & (diff["experiment"] != "milestones") & ~diff["verdict"].isin([ADDED, REMOVED])]
+    exact = [same(a, b) and same(at, bt) for a, b, at, bt in
+             zip(both["old"], both["new"], both["old_text"], both["new_text"], strict=True)]
+    differ = both["deterministic_differs"].to_numpy(dtype=bool)
+    close = ~np.array(exact, dtype=bool) & ~differ
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = (both["delta"].abs() / np.maximum(both["old"].abs(), both["new"].abs()))[close]
+    return {"total": len(both), "identical": int(sum(exact)), "within_tolerance": int(close.sum()),
+            "largest_within": float(relative.max()) if close.any() else None, "differ": int(differ.sum())}
+
+
+def reproducibility_line(diff: pd.DataFrame, old_label: str, machine: str | None = None) -> str:
+    """"N of M deterministic metrics identical to …; K differ by ≤ ε"; `machine` names how the machines differ."""
+    r = reproducibility(diff)
+    where = f" (another machine: {machine})" if machine else " (the same machine)"
+    within = (f"; {r['within_tolerance']} differ by ≤ {IDENTICAL_RTOL:g} relative (at most "
+              f"{r['largest_within']:.1e})" if r["within_tolerance"] else "")
+    beyond = f"; {r['differ']} differ beyond that, each with its cause" if r["differ"] else ""
+    return f"{r['identical']} of {r['total']} deterministic metrics identical to {old_label}{where}{within}{beyond}."
+
+
+def cause_groups(diff: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(kind, cause, its metrics) per distinct cause, unexplained first, then most specific first."""
+    caused = diff[diff["cause"].notna()]
+    groups = [(str(kind), str(cause), rows) for (kind, cause), rows in caused.groupby(["cause_kind", "cause"],
+                                                                                    sort=False)]
+    return sorted(groups, key=lambda g: (CAUSE_ORDER.index(g[0]) if g[0] in CAUSE_ORDER else len(CAUSE_ORDER),
+                                         -len(g[2]), g[1]))
+
+
+def _fmt(value, text=None) -> str:
+    if not missing(text):
+        return str(text)
+    return "–" if missing(value) else fmt(float(value))
+
+
+def _signed(value, suffix: str = "") -> str:
+    if missing(value):
+        return "–"
+    return f"{value:+.0f}{suffix}" if abs(value) >= 100 else f"{value:+.3g}{suffix}"
+
+
+def counts(diff: pd.DataFrame) -> dict[str, int]:
+    return {v: int((diff["verdict"] == v).sum()) for v in VERDICT_ORDER}
+
+
+def _markdown_rows(rows: pd.DataFrame) -> list[str]:
+    lines = ["| verdict | experiment | metric | key | old | new | Δ | Δ% | noise |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        unit = f" {r.unit}" if isinstance(r.unit, str) and r.unit else ""
+        texts = not (missing(r.old_text) and missing(r.new_text))  # a status or a choice: no Δ
+        delta, pct = (math.nan, math.nan) if texts else (r.delta, r.delta_pct)
+        lines.append(f"| **{r.verdict}** | {r.experiment} | {r.metric} | {r.key} | {_fmt(r.old, r.old_text)} | "
+                     f"{_fmt(r.new, r.new_text)} | {_signed(delta, unit)} | {_signed(pct, '%')} | "
+                     f"{r.noise_kind} |")
+    return lines
+
+
+def needs_look(diff: pd.DataFrame) -> pd.DataFrame:
+    """What the diff shows: every verdict in SHOWN and every deterministic metric that differs."""
+    return diff[diff["verdict"].isin(SHOWN) | diff["cause"].notna()]
+
+
+def unexplained(diff: pd.DataFrame) -> pd.DataFrame:
+    return diff[diff["cause_kind"] == UNEXPLAINED]
+
+
+def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bool = False,
+                note: str | None = None, machine: str | None = None, listed: int = 12) -> str:
+    """The "Changes since …" section: counts, the reproducibility line, any note, then one group per
+    cause (unexplained first) with the metrics it moved; added and removed metrics last."""
+    tally = counts(diff)
+    lines = [f"## Changes since {old_label}", "",
+             f"Comparing **{new_label}** against **{old_label}**: "
+             + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + ".", "",
+             reproducibility_line(diff, old_label, machine), ""]
+    if len(unexplained(diff)):
+        lines += [f"> **Warning: {len(unexplained(diff))} unexplained change(s).** A deterministic number moved "
+                  "and nothing recorded differs: the lab is not reproducible at that point.", ""]
+    if note:
+        lines += [note, ""]
+    shown = diff if show_all else needs_look(diff)
+    if shown.empty:
+        lines.append("No metric changed beyond its noise.")
+        return "\n".join(lines) + "\n"
+    for kind, cause, rows in cause_groups(shown):
+        more = len(rows) - listed if not show_all and len(rows) > listed else 0
+        lines += [f"### {kind}: {cause.split(': ', 1)[-1] if cause.startswith(kind + ': ') else cause}", "",
+                  f"{len(rows)} metric(s):", "", *_markdown_rows(rows if show_all else rows.head(listed))]
+        lines += ["", f"… and {more} more (`--all` lists them)."] if more else []
+        lines.append("")
+    rest = shown[shown["cause"].isna()]
+    if len(rest):
+        lines += ["### without a cause to name (added, removed, or within noise)", "", *_markdown_rows(rest), ""]
+    hidden = len(diff) - len(shown)
+    if hidden:
+        lines += [f"{hidden} more metrics within noise, unchanged or without a noise estimate "
+                  "(`--all` lists them)."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def milestone_change_lines(diff: pd.DataFrame, listed: int = 3) -> dict[str, str]:
+    """One line per milestone for its card: a flip, the first few changes, the rest as counts."""
+    lines = {}
+    for milestone, inputs in MILESTONE_INPUTS.items():
+        experiments = inputs.experiments
+        status = diff[(diff.experiment == "milestones") & (diff.key == milestone)]
+        rows = diff[diff.experiment.isin(experiments)]
+        parts = []
+        if not status.empty and status.iloc[0].verdict == FLIPPED:
+            parts.append(f"flipped {status.iloc[0].old_text} → {status.iloc[0].new_text}")
+        changes = rows[(rows.verdict == CHANGED) | (rows.cause_kind == UNEXPLAINED)]
+        for r in changes.head(listed).itertuples():
+            text = (f"{_fmt(r.old, r.old_text)} → {_fmt(r.new, r.new_text)}" if not missing(r.new_text)
+                    or not missing(r.old_text) else f"{_signed(r.delta)} ({_signed(r.delta_pct, '%')})")
+            parts.append(f"{r.metric} {r.key}: {text}" + (f" [{r.cause}]" if isinstance(r.cause, str) else ""))
+        if len(changes) > listed:
+            parts.append(f"{len(changes) - listed} more changed")
+        tally = counts(rows)
+        rest = ", ".join(f"{tally[v]} {v}" for v in (ADDED, REMOVED, NOT_COMPARABLE, WITHIN) if tally[v])
+        not_comparable = rows[rows.verdict == NOT_COMPARABLE]["cause"].dropna().unique()
+        if len(not_comparable):
+            rest += f" [{'; '.join(not_comparable[:2])}{'; …' if len(not_comparable) > 2 else ''}]"
+        if rows.empty and status.empty:
+            lines[milestone] = "nothing to compare"
+        elif parts:
+            lines[milestone] = "; ".join(parts + ([rest] if rest else []))
+        else:
+            lines[milestone] = "no change beyond noise" + (f" ({rest})" if rest else "")
+    return lines

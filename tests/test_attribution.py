@@ -1,0 +1,230 @@
+"""Every change explained: two small runs on disk, one edit between them, and the diff names it.
+
+Each run is a miniature of the workflow's chain (corpus → checkpoint → per-scheme tables → quant
+summary, and a timing table), written with the real job lineage, tables and causes record; the
+code hashes are the real ones of this checkout's scripts (or of a copy with one module edited).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from inferlab.jobs import lineage as lineage_mod
+from inferlab.jobs.lineage import CHECKOUT, code_sha256, file_sha256, job_lineage, set_job_lineage
+from inferlab.jobs.tables import write_table
+from inferlab.review import diff_summary, verdicts
+from inferlab.review.attribution import CODE, CONFIG, INPUT, MACHINE, UNEXPLAINED
+from inferlab.review.causes import causes_record
+from inferlab.review.metrics import COLUMNS, EXACT, NOISE_FLOOR, REP_RANGE, STAMP_COLUMNS
+
+SCRIPTS = {"train_model": "scripts/training_model.py", "quant_scheme": "scripts/quant_scheme.py",
+           "quant_summary": "scripts/quant_summary.py", "kvcache_summary": "scripts/kvcache_summary.py"}
+COMPUTE = {"train_model", "quant_scheme"}
+MACHINE_STAMP = {"cpu_model": "CPU A", "node": "vm", "fingerprint": "f00", "cpu_cores": 2, "torch_threads": 2,
+                 "device": "cpu", "device_name": "CPU A"}
+
+
+def code_root_with_edit(tmp_path: Path, module: str) -> Path:
+    """A copy of this checkout's code with one semantic edit to `module` (e.g. inferlab/quant/gptq.py)."""
+    root = tmp_path / "edited-code"
+    shutil.copytree(CHECKOUT / "inferlab", root / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(CHECKOUT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / module
+    target.write_text(target.read_text(encoding="utf-8") + "\nEDITED_BETWEEN_RUNS = 1\n", encoding="utf-8")
+    return root
+
+
+def _job(rule: str, code_root: Path, **settings) -> dict:
+    return {"code_sha256": code_sha256(code_root / SCRIPTS[rule], code_root, rule in COMPUTE), **settings}
+
+
+def _write(path: str, df: pd.DataFrame, rule: str, params: dict, inputs: list[str], machine: dict) -> None:
+    set_job_lineage(job_lineage(rule, params, inputs))
+    try:
+        write_table(df, path, provenance={"machine": machine})
+    finally:
+        set_job_lineage(None)
+
+
+def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: Path = CHECKOUT,
+             node: str = "vm", drift: dict[str, float] | None = None) -> tuple[pd.DataFrame, dict]:
+    """One run in workdir: (its metrics table, its causes record). Numbers follow from the settings,
+    as a deterministic pipeline's would; `drift` adds to metric values behind the lineage's back."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    machine = {**MACHINE_STAMP, "node": node}
+    config = {"training": {"defaults": {"steps": steps}}, "quantization": {"gptq": {"damp": damp}},
+              "kvcache": {"lengths": [16]}}
+    cwd = Path.cwd()
+    try:
+        os.chdir(workdir)
+        Path("data").mkdir(exist_ok=True)
+        Path("data/corpus.txt").write_text("corpus", encoding="utf-8")
+        model_dir = Path("results/models/ref")
+        model_dir.mkdir(parents=True, exist_ok=True)
+        (model_dir / "model.safetensors").write_bytes(f"weights after {steps} steps".encode())
+        val_loss = 4.0 - steps / 10_000
+        train = job_lineage("train_model", _job("train_model", code_root, train={"steps": steps}),
+                            ["data/corpus.txt"])
+        (model_dir / "meta.json").write_text(json.dumps({
+            "weights_sha256": file_sha256(model_dir / "model.safetensors"), "val_loss": val_loss,
+            "lineage": train, "machine": machine}), encoding="utf-8")
+        weights = str(model_dir / "model.safetensors")
+        scheme_paths = []
+        for scheme, gptq in (("int8", None), ("gptq_4b", {"damp": damp})):
+            path = f"results/quant/schemes/{scheme}.parquet"
+            delta = (0.001 if gptq is None else 0.01 + damp) + (4.0 - val_loss) / 100
+            _write(path, pd.DataFrame({"scheme": [scheme], "delta_loss": [delta]}), "quant_scheme",
+                   _job("quant_scheme", code_root, scheme=scheme, gptq=gptq), [weights], machine)
+            scheme_paths.append(path)
+        summary = pd.concat([pd.read_parquet(p) for p in scheme_paths], ignore_index=True)
+        _write("results/quant/summary.parquet", summary, "quant_summary",
+               _job("quant_summary", code_root, schemes=["int8", "gptq_4b"], gptq={"damp": damp}), scheme_paths,
+               machine)
+        _write("results/kvcache/summary.parquet", pd.DataFrame({"length": [16], "ms": [1.0]}), "kvcache_summary",
+               _job("kvcache_summary", code_root, lengths=[16]), [weights], machine)
+        sources = {"quant_summary": "results/quant/summary.parquet", "kv_summary": "results/kvcache/summary.parquet",
+                   "models/ref": str(model_dir / "meta.json")}
+        record = causes_record(sources, SCRIPTS, code_root, config, machine, {"bandwidth_GB_per_s": 100.0})
+    finally:
+        os.chdir(cwd)
+    rows = [_metric("quant", "delta_loss", r.scheme, r.delta_loss, NOISE_FLOOR, "quant_summary", machine)
+            for r in summary.itertuples()]
+    rows.append(_metric("models", "val_loss", "ref", val_loss, NOISE_FLOOR, "models/ref", machine))
+    rows.append(_metric("models", "params", "ref", 1000.0, EXACT, "models/ref", machine))
+    rows.append(_metric("kvcache", "ms_per_token", "16 cache", 1.0, REP_RANGE, "kv_summary", machine, timing=True))
+    table = pd.DataFrame(rows, columns=[*COLUMNS, *STAMP_COLUMNS])
+    for (experiment, key), amount in (drift or {}).items():
+        table.loc[(table.experiment == experiment) & (table.key == key), "value"] += amount
+    return table, record
+
+
+def _metric(experiment, metric, key, value, kind, source, machine, timing=False) -> dict:
+    spread = 0.02 if kind == NOISE_FLOOR else 0.01
+    return {"experiment": experiment, "metric": metric, "key": key, "value": float(value), "text_value": None,
+            "unit": "", "low": value - spread if kind != EXACT else float("nan"),
+            "high": value + spread if kind != EXACT else float("nan"), "noise_kind": kind, "timing": timing,
+            "higher_is_better": False, "source": source, "model": "ref", "checkpoint_sha256": None,
+            "machine_cpu_model": machine["cpu_model"], "machine_device": "cpu",
+            "machine_device_name": machine["device_name"], "machine_node": machine["node"],
+            "machine_fingerprint": machine["fingerprint"], "repeats": "3", "baseline": "none", "contended": False}
+
+
+def explained(tmp_path: Path, old_kwargs: dict, new_kwargs: dict) -> pd.DataFrame:
+    old, old_record = make_run(tmp_path / "old", **old_kwargs)
+    new, new_record = make_run(tmp_path / "new", **new_kwargs)
+    return verdicts.diff_metrics(old, new, old_record, new_record)
+
+
+def causes_of(d: pd.DataFrame) -> dict[tuple[str, str], str]:
+    return {(r.experiment, r.key): r.cause for r in d.itertuples() if isinstance(r.cause, str)}
+
+
+@pytest.fixture(autouse=True)
+def _no_job_lineage():
+    yield
+    lineage_mod.set_job_lineage(None)
+
+
+def test_two_identical_runs_report_nothing(tmp_path):
+    d = explained(tmp_path, {}, {})
+    assert causes_of(d) == {}
+    assert diff_summary.reproducibility(d)["identical"] == diff_summary.reproducibility(d)["total"] == 4
+
+
+def test_a_config_edit_of_one_scheme_is_named_with_its_values(tmp_path):
+    d = explained(tmp_path, {"damp": 0.01}, {"damp": 0.05})
+    causes = causes_of(d)
+    assert causes == {("quant", "gptq_4b"): "config: quantization.gptq.damp 0.01 → 0.05"}
+    assert d.set_index("key").loc["gptq_4b", "verdict"] == verdicts.CHANGED
+    markdown = diff_summary.to_markdown(d, "old", "new")
+    assert "### config: quantization.gptq.damp 0.01 → 0.05" in markdown
+
+
+@pytest.mark.parametrize("module", ["inferlab/quant/gptq.py", "inferlab/core/model.py"])
+def test_a_code_edit_names_the_module(tmp_path, module):
+    edited = code_root_with_edit(tmp_path, module)
+    d = explained(tmp_path, {"drift": {}}, {"code_root": edited, "drift": {("quant", "gptq_4b"): 0.1}})
+    cause = causes_of(d)[("quant", "gptq_4b")]
+    assert cause.startswith(f"{CODE}: ") and module in cause, cause
+    assert set(causes_of(d)) == {("quant", "gptq_4b")}  # what did not move needs no cause
+
+
+def test_a_retraining_is_named_by_the_training_setting_that_caused_it(tmp_path):
+    d = explained(tmp_path, {"steps": 500}, {"steps": 600})
+    causes = causes_of(d)
+    assert causes[("models", "ref")] == "config: training.defaults.steps 500 → 600"
+    assert causes[("quant", "int8")] == ("input: checkpoint ref retrained: config: training.defaults.steps "
+                                         "500 → 600")
+    assert causes[("quant", "gptq_4b")] == causes[("quant", "int8")]
+    groups = diff_summary.cause_groups(d[d.cause.notna()])
+    assert [g[0] for g in groups] == [CONFIG, INPUT]
+
+
+def test_a_node_change_makes_a_timing_not_comparable_and_says_so(tmp_path):
+    d = explained(tmp_path, {"node": "node-a"}, {"node": "node-b", "drift": {("kvcache", "16 cache"): 0.05}})
+    row = d.set_index("metric").loc["ms_per_token"]
+    assert row["verdict"] == verdicts.NOT_COMPARABLE
+    assert row["cause_kind"] == MACHINE and "node node-a → node-b" in row["cause"]
+    assert set(causes_of(d)) == {("kvcache", "16 cache")}  # the deterministic numbers did not move
+
+
+def test_a_hand_altered_deterministic_value_is_unexplained_and_heads_the_diff(tmp_path):
+    old, old_record = make_run(tmp_path / "old")
+    altered = old.copy()
+    altered.loc[altered.metric == "params", "value"] += 1.0
+    d = verdicts.diff_metrics(old, altered, old_record, json.loads(json.dumps(old_record)))
+    assert d.iloc[0]["cause_kind"] == UNEXPLAINED and d.iloc[0]["metric"] == "params"
+    assert "Warning: 1 unexplained" in diff_summary.to_markdown(d, "old", "copy")
+
+
+def test_summation_order_differences_count_as_identical_within_the_stated_tolerance(tmp_path):
+    old, record = make_run(tmp_path / "old")
+    new = old.copy()
+    new.loc[new.metric == "params", "value"] *= 1 + 1e-15
+    d = verdicts.diff_metrics(old, new, record, record)
+    assert causes_of(d) == {}
+    summary = diff_summary.reproducibility(d)
+    assert (summary["identical"], summary["within_tolerance"], summary["differ"]) == (3, 1, 0)
+    assert "1 differ by ≤ 1e-12 relative" in diff_summary.reproducibility_line(d, "old")
+
+
+def test_without_an_old_record_a_cpu_change_is_named_from_the_stamps(tmp_path):
+    old, _ = make_run(tmp_path / "old")
+    new, record = make_run(tmp_path / "new", steps=600)
+    old["machine_cpu_model"] = "CPU Z"
+    d = verdicts.diff_metrics(old, new, None, record)
+    cause = causes_of(d)[("models", "ref")]
+    assert cause.startswith(f"{MACHINE}: ") and "CPU Z → CPU A" in cause and "records no lineage" in cause
+
+
+def test_a_timing_both_runs_reused_is_unchanged_even_across_machines(tmp_path):
+    """A table the second run did not re-measure carries the same numbers: nothing to compare."""
+    old, record = make_run(tmp_path / "old", node="node-a")
+    new = old.assign(machine_node="node-b")
+    d = verdicts.diff_metrics(old, new, record, record)
+    assert d.set_index("metric").loc["ms_per_token", "verdict"] == verdicts.UNCHANGED
+    moved = new.copy()
+    moved.loc[moved.metric == "ms_per_token", "value"] = 1.5
+    d = verdicts.diff_metrics(old, moved, record, record)
+    assert d.set_index("metric").loc["ms_per_token", "verdict"] == verdicts.NOT_COMPARABLE
+
+
+def test_the_report_warns_on_the_first_screen_and_cards_carry_the_cause(tmp_path):
+    from inferlab.report.opening import change_groups, unexplained_warnings
+
+    old, record = make_run(tmp_path / "old")
+    new, new_record = make_run(tmp_path / "new", damp=0.05)
+    new.loc[new.metric == "params", "value"] += 1.0  # behind the lineage's back
+    d = verdicts.diff_metrics(old, new, record, new_record)
+    (warning,) = unexplained_warnings(d)
+    assert warning[0] == "warning" and "models params ref" in warning[1]
+    lines = diff_summary.milestone_change_lines(d)
+    assert "[config: quantization.gptq.damp 0.01 → 0.05]" in lines["M4"]
+    headings = [block[1] for block in change_groups(d) if block[0] == "p"]
+    assert headings[0].startswith("unexplained: ") and headings[1].startswith("config: quantization.gptq.damp")
