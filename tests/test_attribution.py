@@ -24,7 +24,8 @@ from inferlab.review.causes import causes_record
 from inferlab.review.metrics import COLUMNS, EXACT, NOISE_FLOOR, REP_RANGE, STAMP_COLUMNS
 
 SCRIPTS = {"train_model": "scripts/training_model.py", "quant_scheme": "scripts/quant_scheme.py",
-           "quant_summary": "scripts/quant_summary.py", "kvcache_summary": "scripts/kvcache_summary.py"}
+           "quant_summary": "scripts/quant_summary.py", "kvcache_summary": "scripts/kvcache_summary.py",
+           "sampling_repetition": "scripts/sampling_repetition.py"}
 COMPUTE = {"train_model", "quant_scheme"}
 MACHINE_STAMP = {"cpu_model": "CPU A", "node": "vm", "fingerprint": "f00", "cpu_cores": 2, "torch_threads": 2,
                  "device": "cpu", "device_name": "CPU A"}
@@ -88,8 +89,10 @@ def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: 
                machine)
         _write("results/kvcache/summary.parquet", pd.DataFrame({"length": [16], "ms": [1.0]}), "kvcache_summary",
                _job("kvcache_summary", code_root, lengths=[16]), [weights], machine)
+        _write("results/sampling/repetition.parquet", pd.DataFrame({"cell": ["greedy"], "mean": [0.3]}),
+               "sampling_repetition", _job("sampling_repetition", code_root, n_boot=200), [weights], machine)
         sources = {"quant_summary": "results/quant/summary.parquet", "kv_summary": "results/kvcache/summary.parquet",
-                   "models/ref": str(model_dir / "meta.json")}
+                   "sp_repetition": "results/sampling/repetition.parquet", "models/ref": str(model_dir / "meta.json")}
         record = causes_record(sources, SCRIPTS, code_root, config, machine, {"bandwidth_GB_per_s": 100.0})
     finally:
         os.chdir(cwd)
@@ -98,6 +101,7 @@ def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: 
     rows.append(_metric("models", "val_loss", "ref", val_loss, NOISE_FLOOR, "models/ref", machine))
     rows.append(_metric("models", "params", "ref", 1000.0, EXACT, "models/ref", machine))
     rows.append(_metric("kvcache", "ms_per_token", "16 cache", 1.0, REP_RANGE, "kv_summary", machine, timing=True))
+    rows.append(_metric("sampling", "seq_rep_4", "greedy", 0.3, EXACT, "sp_repetition", machine))
     table = pd.DataFrame(rows, columns=[*COLUMNS, *STAMP_COLUMNS])
     for (experiment, key), amount in (drift or {}).items():
         table.loc[(table.experiment == experiment) & (table.key == key), "value"] += amount
@@ -134,7 +138,7 @@ def _no_job_lineage():
 def test_two_identical_runs_report_nothing(tmp_path):
     d = explained(tmp_path, {}, {})
     assert causes_of(d) == {}
-    assert diff_summary.reproducibility(d)["identical"] == diff_summary.reproducibility(d)["total"] == 4
+    assert diff_summary.reproducibility(d)["identical"] == diff_summary.reproducibility(d)["total"] == 5
 
 
 def test_a_config_edit_of_one_scheme_is_named_with_its_values(tmp_path):
@@ -146,13 +150,15 @@ def test_a_config_edit_of_one_scheme_is_named_with_its_values(tmp_path):
     assert "### config: quantization.gptq.damp 0.01 → 0.05" in markdown
 
 
-@pytest.mark.parametrize("module", ["inferlab/quant/gptq.py", "inferlab/core/model.py"])
-def test_a_code_edit_names_the_module(tmp_path, module):
+@pytest.mark.parametrize(("module", "moved"), [("inferlab/quant/gptq.py", ("quant", "gptq_4b")),
+                                               ("inferlab/sampling/repetition.py", ("sampling", "greedy")),
+                                               ("inferlab/core/model.py", ("quant", "gptq_4b"))])
+def test_a_code_edit_names_the_module(tmp_path, module, moved):
     edited = code_root_with_edit(tmp_path, module)
-    d = explained(tmp_path, {"drift": {}}, {"code_root": edited, "drift": {("quant", "gptq_4b"): 0.1}})
-    cause = causes_of(d)[("quant", "gptq_4b")]
+    d = explained(tmp_path, {"drift": {}}, {"code_root": edited, "drift": {moved: 0.1}})
+    cause = causes_of(d)[moved]
     assert cause.startswith(f"{CODE}: ") and module in cause, cause
-    assert set(causes_of(d)) == {("quant", "gptq_4b")}  # what did not move needs no cause
+    assert set(causes_of(d)) == {moved}  # what did not move needs no cause
 
 
 def test_a_retraining_is_named_by_the_training_setting_that_caused_it(tmp_path):
@@ -190,7 +196,7 @@ def test_summation_order_differences_count_as_identical_within_the_stated_tolera
     d = verdicts.diff_metrics(old, new, record, record)
     assert causes_of(d) == {}
     summary = diff_summary.reproducibility(d)
-    assert (summary["identical"], summary["within_tolerance"], summary["differ"]) == (3, 1, 0)
+    assert (summary["identical"], summary["within_tolerance"], summary["differ"]) == (4, 1, 0)
     assert "1 differ by ≤ 1e-12 relative" in diff_summary.reproducibility_line(d, "old")
 
 
@@ -228,3 +234,22 @@ def test_the_report_warns_on_the_first_screen_and_cards_carry_the_cause(tmp_path
     assert "[config: quantization.gptq.damp 0.01 → 0.05]" in lines["M4"]
     headings = [block[1] for block in change_groups(d) if block[0] == "p"]
     assert headings[0].startswith("unexplained: ") and headings[1].startswith("config: quantization.gptq.damp")
+
+
+def test_a_run_from_before_the_fingerprint_makes_timings_not_comparable(tmp_path):
+    """An older table without the fingerprint column: its machines cannot be told apart, so not comparable."""
+    new, record = make_run(tmp_path / "new", drift={("kvcache", "16 cache"): 0.05})
+    old = make_run(tmp_path / "old")[0].drop(columns=["machine_fingerprint", "source"])
+    d = verdicts.diff_metrics(old, new, None, record)
+    row = d.set_index("metric").loc["ms_per_token"]
+    assert row["verdict"] == verdicts.NOT_COMPARABLE and "fingerprint" in row["cause"]
+
+
+def test_a_numeric_stack_upgrade_is_named_as_the_library(tmp_path, monkeypatch):
+    old, old_record = make_run(tmp_path / "old")
+    versions = {**lineage_mod.stack_versions(), "torch": "9.9.9"}
+    monkeypatch.setattr(lineage_mod, "stack_versions", lambda: versions)
+    new, new_record = make_run(tmp_path / "new", drift={("models", "ref"): 0.001})
+    d = verdicts.diff_metrics(old, new, old_record, new_record)
+    cause = causes_of(d)[("models", "ref")]
+    assert cause.startswith("library: ") and "→ 9.9.9" in cause, cause

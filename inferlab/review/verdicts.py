@@ -207,6 +207,9 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
         duplicated = table.duplicated(ID_COLUMNS)
         if duplicated.any():
             raise ValueError(f"the {side} metrics table repeats {table.loc[duplicated, ID_COLUMNS].values.tolist()}")
+    # a column one run lacks (a table from before it existed) must still read as "absent" on that side
+    columns = list(dict.fromkeys([*old.columns, *new.columns]))
+    old, new = old.reindex(columns=columns), new.reindex(columns=columns)
     merged = old.merge(new, on=ID_COLUMNS, how="outer", suffixes=("_old", "_new"), indicator=True)
     merged["verdict"] = [ADDED if side == "right_only" else REMOVED if side == "left_only" else verdict(row)
                          for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
