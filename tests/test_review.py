@@ -62,6 +62,21 @@ def test_two_identical_runs_change_no_metric_and_the_report_says_so(tmp_path):
     assert markdown.count("> Since run ") == 4 and "no change beyond noise" in markdown
 
 
+def test_the_report_tells_a_reviewer_which_run_it_is_and_what_it_can_claim(tmp_path):
+    paths = _review_paths(tmp_path)
+    write_report(full_data(), paths, RUN, MACHINE)
+    (entry,) = ledger.list_runs(paths.review.history)
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    section = markdown[markdown.index("## For reviewers"):markdown.index("## Changes since")]
+    assert f"Run {entry.name}, code commit {MACHINE['git_commit'][:12]}" in section
+    assert "sha256sum -c MANIFEST.sha256" in section
+    assert f"python -m inferlab.review.diff OTHER results/history/{entry.name}" in section
+    metrics = pd.read_parquet(paths.review.metrics)
+    timings = int(metrics["timing"].sum())
+    deterministic = int((~metrics["timing"] & (metrics["experiment"] != "milestones")).sum())
+    assert f"the {deterministic} deterministic metrics" in section and f"the {timings} timings" in section
+
+
 def _quant_with(scheme: str, extra_loss: float, floor: float = 1.0) -> dict[str, pd.DataFrame]:
     """quant_tables, with one scheme's measured loss increase raised by extra_loss."""
     tables = quant_tables(floor)

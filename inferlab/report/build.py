@@ -23,7 +23,7 @@ from inferlab.review.diff import Changes, changes_since
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import metrics_table
 from inferlab.review.milestone_map import MILESTONE_INPUTS
-from inferlab.review.recording import ReviewPaths, bundle_and_record
+from inferlab.review.recording import ReviewPaths, bundle_and_record, unique_run_id
 
 
 @dataclass
@@ -86,7 +86,11 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
                              new_config=run.get("config_sha256"), new_record=causes)
                if paths.review else Changes(None, None, "## Changes since …\n\nNot compared: this report was "
                                             "written without a ledger.\n", None))
-    blocks = {"opening": opening.opening_blocks(milestones, changes), "provenance": opening.lineage_blocks(lineage)}
+    run_id = (unique_run_id(paths.review.history, dt.datetime.now(dt.UTC), machine.get("git_commit"))
+              if paths.review else None)
+    reviewers = opening.reviewer_blocks(run_id, machine, metrics, causes)
+    blocks = {"opening": opening.opening_blocks(milestones, changes, reviewers),
+              "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
     if opening.CHANGES_FIGURE in paths.figures:
         doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes and changes.figure_png
@@ -136,5 +140,5 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         )
     Path(paths.workbench).write_text(page, encoding="utf-8")
     if paths.review is not None:
-        bundle_and_record(paths, paths.review, metrics, changes, run, machine, code_hashes, causes)
+        bundle_and_record(paths, paths.review, metrics, changes, run, machine, code_hashes, causes, run_id)
     return milestones

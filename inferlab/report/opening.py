@@ -146,8 +146,40 @@ def change_groups(diff: pd.DataFrame, listed: int = 8) -> list[tuple]:
     return blocks
 
 
-def opening_blocks(milestones: list[Milestone], changes: Changes | None) -> list[tuple]:
-    """The first screen: any unexplained change, one card per milestone, then "Changes since …" by cause."""
+def _kinds(rows: pd.DataFrame) -> str:
+    return ", ".join(sorted(rows["experiment"].unique()))
+
+
+def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, causes: dict | None) -> list[tuple]:
+    """"For reviewers": which run this is, the two commands that check it, and what it can claim where."""
+    commit = str(machine.get("git_commit") or "unknown")
+    dirty = {True: " with uncommitted changes", False: "", None: ""}[machine.get("git_dirty")]
+    deterministic = metrics[~metrics["timing"].astype(bool) & (metrics["experiment"] != "milestones")]
+    timings = metrics[metrics["timing"].astype(bool)]
+    probe = (causes or {}).get("calibration") or {}
+    rates = (f", probe {probe['bandwidth_GB_per_s']:.3g} GB/s and {probe['peak_GFLOP_per_s']:.3g} GFLOP/s"
+             if {"bandwidth_GB_per_s", "peak_GFLOP_per_s"} <= probe.keys() else "")
+    entry = f"results/history/{run_id}" if run_id else "results/metrics.parquet"
+    return [
+        ("h2", "For reviewers"),
+        ("p", f"Run {run_id or '(not recorded in a ledger)'}, code commit {commit[:12]}{dirty}."),
+        ("p", "Verify the bundle: unzip -d /tmp/c13 reports/c13-bundle.zip && "
+              "(cd /tmp/c13 && sha256sum -c MANIFEST.sha256)"),
+        ("p", f"Diff against another run: python -m inferlab.review.diff OTHER {entry} (OTHER: a ledger entry or "
+              "a metrics.parquet); its cause column says why each number moved."),
+        ("p", f"Holds everywhere: the {len(deterministic)} deterministic metrics ({_kinds(deterministic)}) are "
+              "identical on a machine with the same CPU model and kernel flags, and agree within their noise "
+              "across CPU families, whose bf16 kernels differ."),
+        ("p", f"Holds on this machine only: the {len(timings)} timings ({_kinds(timings)}), measured on "
+              f"{machine.get('cpu_model')} with kernel flags {machine.get('cpu_kernel_flags') or 'unknown'}, "
+              f"fingerprint {machine.get('fingerprint') or 'unknown'}{rates}."),
+    ]
+
+
+def opening_blocks(milestones: list[Milestone], changes: Changes | None,
+                   reviewers: list[tuple] | None = None) -> list[tuple]:
+    """The first screen: any unexplained change, one card per milestone, "For reviewers", then
+    "Changes since …" by cause."""
     lines = (milestone_change_lines(changes.table) if changes is not None and changes.table is not None
              else {})
     since = f"Since {changes.old_label}" if changes is not None and changes.old_label else "Since the reference"
@@ -156,6 +188,7 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None) -> list
         ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
         for m in milestones
     ]
+    blocks += reviewers or []
     if changes is None:
         return blocks
     if changes.table is None:

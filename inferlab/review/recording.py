@@ -29,8 +29,9 @@ class ReviewPaths:
     reference: str  # reports/reference/metrics.parquet, the pinned reference
 
 
-def _unique_run_id(history: Path, now: dt.datetime, commit: str | None) -> str:
+def unique_run_id(history: str | Path, now: dt.datetime, commit: str | None) -> str:
     """The ledger's time-commit id; a suffix when two reports finish within the same second."""
+    history = Path(history)
     base = ledger.new_run_id(now, commit)
     run_id, n = base, 1
     while (history / run_id).exists():
@@ -56,9 +57,11 @@ def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Ch
 
 
 def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes | None, run: dict,
-                      machine: dict, code_hashes: dict | None, causes: dict | None = None) -> Path:
+                      machine: dict, code_hashes: dict | None, causes: dict | None = None,
+                      run_id: str | None = None) -> Path:
     """1. metrics.parquet; 2. the bundle; 3. the ledger entry with the sha256 of every report file.
     Both the table and the entry keep the causes record (a pinned reference copies it from the table).
+    run_id: the id the report already printed (inferlab.report.opening's "For reviewers").
     Returns the ledger entry's directory."""
     write_table(metrics, review.metrics, provenance={"machine": machine, "config_sha256": run.get("config_sha256"),
                                                      "causes": causes})
@@ -68,7 +71,8 @@ def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes
     history = Path(review.history)
     now = dt.datetime.now(dt.UTC)
     manifest = {
-        "run_id": _unique_run_id(history, now, machine.get("git_commit")),
+        "run_id": run_id if run_id and not (history / run_id).exists()
+        else unique_run_id(history, now, machine.get("git_commit")),
         "config_sha256": run.get("config_sha256"),
         "code_sha256": (code_hashes or {}).get("report"),
         "code_hashes": code_hashes,
