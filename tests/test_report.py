@@ -648,3 +648,14 @@ def test_sampling_cells_are_enumerated_once_with_stable_ids():
     assert list(repetition_cells(SETTINGS["sampling"]))[0] == "greedy"
     rules = (Path(__file__).resolve().parent.parent / "workflow/rules/sampling.smk").read_text(encoding="utf-8")
     assert "sampling_cells(SAMPLING)" in rules and 'f"T{' not in rules
+
+
+def test_structured_repeat_stamps_read_as_words_not_json():
+    from inferlab.report.stamp_reader import repeats_in_words
+
+    spec = {"prompts": 4, "seeds": [1, 2, 3], "new_tokens": 96, "timing_reps": 3, "forward_reps": 30}
+    assert repeats_in_words(spec) == "30 timed forwards; 3 reruns of 4 prompts × 3 seeds × 96 tokens"
+    quant = {"quality": "one deterministic pass over the full validation split", "speed_reps": 5}
+    assert repeats_in_words(quant) == ("quality: one deterministic pass over the full validation split; "
+                                       "speed: 5 timed reruns")
+    assert repeats_in_words({"windows": 8}) == "windows 8"

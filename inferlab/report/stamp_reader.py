@@ -66,6 +66,29 @@ def machine_stamp_from(data: ReportInputs, key: str | None, fallback: dict | Non
     return out
 
 
+def _count(value) -> str:
+    return str(len(value)) if isinstance(value, list | tuple) else str(value)
+
+
+def repeats_in_words(value: dict) -> str:
+    """A structured `repeats` stamp as a reader says it: "30 timed forwards; 3 reruns of 4 prompts ×
+    3 seeds × 96 tokens"; keys it does not know read as "key value"."""
+    value = dict(value)
+    parts = []
+    if "timing_reps" in value:
+        setup = " × ".join(f"{_count(value.pop(k))} {word}" for k, word in
+                           (("prompts", "prompts"), ("seeds", "seeds"), ("new_tokens", "tokens")) if k in value)
+        parts.append(f"{value.pop('timing_reps')} reruns" + (f" of {setup}" if setup else ""))
+    if "forward_reps" in value:
+        parts.insert(0, f"{value.pop('forward_reps')} timed forwards")
+    if "quality" in value:
+        parts.append(f"quality: {value.pop('quality')}")
+    if "speed_reps" in value:
+        parts.append(f"speed: {value.pop('speed_reps')} timed reruns")
+    parts += [f"{k.replace('_', ' ')} {_count(v)}" for k, v in value.items()]
+    return "; ".join(parts)
+
+
 def repeats_from(data: ReportInputs, key: str | None, default: str) -> str:
     """The table's `repeats` stamp (inferlab.jobs.stamps), with the setup it counts in words."""
     prov = data.provenance.get(key, {}) if key else {}
@@ -74,7 +97,9 @@ def repeats_from(data: ReportInputs, key: str | None, default: str) -> str:
         return default
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False) + (f" ({default})" if default != "n/a" else "")
+    if isinstance(value, dict):
+        return repeats_in_words(value)
+    return f"{value} ({default})" if default != "n/a" else str(value)
 
 
 def baseline_from(data: ReportInputs, key: str | None, default: str) -> str:

@@ -78,10 +78,17 @@ def _calibration(row: pd.Series, side: str) -> dict:
             if not missing(row.get(f"{column}_{side}"))}
 
 
+def _stamp(value) -> str:
+    return "absent" if missing(value) else str(value)
+
+
 def _machine_text(row: pd.Series) -> str | None:
-    """What differs between the two machines a timing ran on, from its stamp columns and probes."""
-    stamped = [f"{c.removeprefix('machine_').replace('_', ' ')} {row.get(f'{c}_old')} → {row.get(f'{c}_new')}"
-               for c in MACHINE_COLUMNS if not same(row.get(f"{c}_old"), row.get(f"{c}_new"))]
+    """What differs between the two machines a number was measured on, from its stamp columns and probes."""
+    pairs = {c: (row.get(f"{c}_old"), row.get(f"{c}_new")) for c in MACHINE_COLUMNS}
+    if same(*pairs["machine_device_name"]) is False and pairs["machine_device_name"] == pairs["machine_cpu_model"]:
+        del pairs["machine_device_name"]  # on a CPU the device name is the CPU model: say it once
+    stamped = [f"{c.removeprefix('machine_').replace('_', ' ')} {_stamp(a)} → {_stamp(b)}"
+               for c, (a, b) in pairs.items() if not same(a, b)]
     probes = calibration_changes(_calibration(row, "old"), _calibration(row, "new"))
     return "; ".join([*stamped, *([probes] if probes else [])]) or None
 
