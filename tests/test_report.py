@@ -559,7 +559,10 @@ def test_render_on_hand_made_tables(tmp_path):
     # engine blocks, the human reference and the distance table reach the page
     assert "<th>engine</th>" in page and "compiled" in page and "chosen_for_engine" in page
     assert "reference: validation text (human)" in page and "validation text (human, not model output)" in page
-    assert "Distance of each cell to held-out human text" in page and "floor_reliable" in page
+    assert "Distance of each cell to held-out human text" in page and "<th>floor reliable</th>" in page
+    # every column reaches the reader by its display name, never as an identifier
+    headers = re.findall(r"<th[^>]*>(.*?)</th>", page)
+    assert headers and not [h for h in headers if "_" in h], [h for h in headers if "_" in h]
 
     md = Path(paths.markdown).read_text(encoding="utf-8")
     for stem, fig in paths.figures.items():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from inferlab.report.display import display_name
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.numbers import fmt
@@ -57,7 +58,8 @@ caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 .card p{margin:.25em 0}
 .milestone{border:1px solid #ddd;padding:.5em 1em;margin:1em 0}.note{color:#555;font-size:.9em}
 .warning{border-left:4px solid #b00;background:#fdecec;padding:.5em 1em}
-.theirs{background:#fff6e0}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:.85em;color:#444}"""
+.theirs{background:#fff6e0}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:.85em;color:#444}
+@media print{h2{break-before:page}.card,figure,table{break-inside:avoid}}"""
 
 
 def _numeric(text: str) -> bool:
@@ -66,7 +68,8 @@ def _numeric(text: str) -> bool:
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:
     head = "".join(
-        f"<th{' class=theirs' if 'seed page' in str(c) else ''}>{html.escape(str(c))}</th>" for c in df.columns
+        f"<th{' class=theirs' if 'seed page' in str(c) else ''}>{html.escape(display_name(c))}</th>"
+        for c in df.columns
     )
     body = []
     for row in _cells(df):
@@ -149,7 +152,7 @@ def to_markdown(doc: Document, figure_dir: str = "figures") -> str:
             lines += [
                 f"**{block[2]}**",
                 "",
-                "| " + " | ".join(_md_escape(c) for c in df.columns) + " |",
+                "| " + " | ".join(_md_escape(display_name(c)) for c in df.columns) + " |",
                 "|" + "---|" * len(df.columns),
             ]
             lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in _cells(df)]
