@@ -12,6 +12,8 @@ include: "workflow/rules/speculative.smk"
 include: "workflow/rules/quant.smk"
 include: "workflow/rules/report.smk"
 
+save_code_parses()
+
 
 rule all:
     default_target: True

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
+from ast import parse as ast_parse
 from pathlib import Path
 
 import pandas as pd
@@ -107,6 +109,47 @@ def test_touch_keeps_the_hash(tmp_path):
     for path in (root / "inferlab").rglob("*.py"):
         os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     assert code_sha256(root / "scripts/job.py", root, compute=False) == before
+
+
+def _fresh_process(monkeypatch) -> None:
+    """What a new Snakemake start sees: nothing parsed yet."""
+    monkeypatch.setattr(lineage, "_ast_cache", {})
+    monkeypatch.setattr(lineage, "_ast_cache_used", set())
+
+
+def test_saved_parses_give_the_same_hashes_and_an_edit_since_is_read_again(tmp_path, monkeypatch):
+    root, cache = _package(tmp_path), tmp_path / ".snakemake/inferlab/code-parses.json"
+    _fresh_process(monkeypatch)
+    before = code_sha256(root / "scripts/job.py", root, compute=False)
+    lineage.save_parse_cache(cache)
+
+    _fresh_process(monkeypatch)
+    lineage.load_parse_cache(cache)
+    parsed = []
+    monkeypatch.setattr(lineage.ast, "parse", lambda text, **kw: parsed.append(kw["filename"]) or ast_parse(text, **kw))
+    assert code_sha256(root / "scripts/job.py", root, compute=False) == before
+    assert parsed == []  # every module came from the saved parses
+
+    _edit(root, "inferlab/quant.py", "BITS = 8", "BITS = 4")
+    os.utime(root / "inferlab/quant.py", ns=(0, (root / "inferlab/quant.py").stat().st_mtime_ns + 10**9))
+    assert code_sha256(root / "scripts/job.py", root, compute=False) != before
+    assert parsed == [str(root / "inferlab/quant.py")]
+
+
+def test_saved_parses_from_other_parsing_code_or_a_damaged_file_are_ignored(tmp_path, monkeypatch):
+    root, cache = _package(tmp_path), tmp_path / "code-parses.json"
+    _fresh_process(monkeypatch)
+    before = code_sha256(root / "scripts/job.py", root, compute=False)
+    lineage.save_parse_cache(cache)
+    saved = json.loads(cache.read_text(encoding="utf-8"))
+    for entry in saved["entries"]:
+        entry[3] = "0" * 64  # what another version of the parser might have hashed
+
+    for text in (json.dumps({**saved, "parser": "another"}), "{\"parser\": ", ""):
+        cache.write_text(text, encoding="utf-8")
+        _fresh_process(monkeypatch)
+        lineage.load_parse_cache(cache)
+        assert code_sha256(root / "scripts/job.py", root, compute=False) == before
 
 
 def test_compute_rules_hash_the_numeric_stack_versions(tmp_path, monkeypatch):

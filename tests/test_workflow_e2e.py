@@ -61,8 +61,15 @@ def _corpus_path(workdir: Path) -> str:
     return recorded.read_text(encoding="utf-8").strip() if recorded.is_file() else "corpus.txt"
 
 
+# Locally a timing or training job takes every core, so nothing runs beside a measurement. The
+# tiny DAG's timings mean nothing (only that they are recorded), so its jobs take one thread
+# each and run two at a time; thread counts are no rerun trigger, so an adopted run is unaffected.
+ONE_THREAD = [f"{rule}=1" for rule in ("train_model", "train_noise_rerun", "kvcache_timing", "kvcache_steps",
+                                       "roofline_probe", "quant_scheme", "speculative_group", "speculative_baseline")]
+
+
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/quick.yaml", "tiny.yaml",
+    cmd = [*SNAKEMAKE, "--cores", "2", "--set-threads", *ONE_THREAD, "--configfile", "config/quick.yaml", "tiny.yaml",
            "--config", f"corpus_path={_corpus_path(workdir)}", *args]
     env = {**os.environ, "INFERLAB_QUIET": "1"}
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=1500)
@@ -103,26 +110,64 @@ def _adopt_run(source: Path, workdir: Path) -> None:
     (workdir / CORPUS_PATH_FILE).write_text(corpus, encoding="utf-8")
 
 
-def _build_run(workdir: Path) -> None:
+def _write_tiny_run_inputs(workdir: Path) -> None:
     (workdir / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
     quick = yaml.safe_load((ROOT / "config/quick.yaml").read_text(encoding="utf-8"))
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(_merge(quick, TINY), allow_unicode=True), encoding="utf-8")
-    result = _snakemake(workdir)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+
+
+# The tiny DAG is built one stage at a time, each stage a test of its own (the first tests of
+# this module, run in this order), so a failure names its stage and no single test waits for the
+# whole DAG. A test that needs more, run alone or picked with -k, builds what is missing itself:
+# Snakemake brings the upstream jobs along. Stage: (Snakemake targets, tables it must write).
+STAGES = {
+    "training": (["noise_floor"], ["results/noise_floor.parquet", "results/models/ref_baseline/loss_curve.parquet"]),
+    "kvcache": (["kvcache_summary", "roofline"], ["results/kvcache/summary.parquet", "results/roofline.parquet"]),
+    "sampling": (["sampling_default"], ["results/sampling/repetition.parquet", "results/sampling/default.parquet"]),
+    "speculative": (["speculative_summary"], ["results/speculative/summary.parquet",
+                                              "results/speculative/best.parquet"]),
+    "quantization": (["quant_summary"], ["results/quant/summary.parquet", "results/quant/choice.parquet"]),
+    "report": (["all"], ["results/milestones.parquet", "results/metrics.parquet"]),
+}
+ADOPTED = "adopted-run.txt"  # marks a workdir holding CI's finished run: there is nothing to build
+
+
+def _build_stage(workdir: Path, stage: str) -> None:
+    if (workdir / ADOPTED).is_file():
+        return
+    result = _snakemake(workdir, "--", *STAGES[stage][0])
+    assert result.returncode == 0, f"stage {stage}:\n" + result.stdout[-3000:] + result.stderr[-6000:]
 
 
 @pytest.fixture(scope="module")
-def completed_run(tmp_path_factory):
-    """A complete quick DAG: CI's own run when it hands one over (INFERLAB_TEST_RUN), else a tiny one."""
+def tiny_run(tmp_path_factory):
+    """A workdir for the quick DAG, not built yet: CI's own run when it hands one over
+    (INFERLAB_TEST_RUN), else the tiny config on a synthetic corpus."""
     workdir = tmp_path_factory.mktemp("workflow")
     for name in ("Snakefile", "workflow", "scripts", "config"):
         (workdir / name).symlink_to(ROOT / name)
     shutil.copytree(ROOT / "inferlab", workdir / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
     if os.environ.get(SHARED_RUN):
         _adopt_run(Path(os.environ[SHARED_RUN]), workdir)
+        (workdir / ADOPTED).write_text(os.environ[SHARED_RUN], encoding="utf-8")
     else:
-        _build_run(workdir)
+        _write_tiny_run_inputs(workdir)
     return workdir
+
+
+@pytest.fixture(scope="module")
+def completed_run(tiny_run):
+    """The complete quick DAG (a no-op when the stage tests have built it already)."""
+    _build_stage(tiny_run, "report")
+    return tiny_run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_each_stage_of_the_quick_dag_builds_and_writes_its_tables(tiny_run, stage):
+    _build_stage(tiny_run, stage)
+    for table in STAGES[stage][1]:
+        assert len(pd.read_parquet(tiny_run / table)) > 0, table
 
 
 @pytest.mark.slow

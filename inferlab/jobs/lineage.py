@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout holding this pack
 NUMERIC_STACK = ("torch", "numpy")
 
 _ast_cache: dict[tuple[Path, int, int], tuple[str, frozenset[str]]] = {}
+_ast_cache_used: set[tuple[Path, int, int]] = set()
 _job_lineage: dict | None = None
 
 
@@ -106,7 +108,46 @@ def _parse(path: Path, module: str) -> tuple[str, frozenset[str]]:
         digest = hashlib.sha256(ast.dump(tree).encode("utf-8")).hexdigest()
         imports = _package_imports(tree, module, path.name == "__init__.py")
         _ast_cache[key] = digest, frozenset(imports)
+    _ast_cache_used.add(key)
     return _ast_cache[key]
+
+
+def _parser_identity() -> str:
+    """The parse cache is valid only for the parsing code that wrote it: this file."""
+    return file_sha256(__file__)
+
+
+def load_parse_cache(path: str | Path) -> None:
+    """Adds the parses an earlier process saved, keyed like the memory cache (file, mtime, size).
+
+    Every Snakemake start hashes every rule's code; with the cache it re-reads only the modules
+    edited since the last start (measured: 0.77 s of a 3.5 s dry run was parsing). A missing or
+    damaged file, or one written by other parsing code, is ignored.
+    """
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+        if saved.get("parser") != _parser_identity():
+            return
+        for file, mtime_ns, size, digest, imports in saved["entries"]:
+            _ast_cache.setdefault((Path(file), int(mtime_ns), int(size)), (str(digest), frozenset(imports)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+
+
+def save_parse_cache(path: str | Path) -> None:
+    """Saves the parses this process used (so files since edited or removed drop out); best effort."""
+    path = Path(path)
+    entries = []
+    for key in sorted(_ast_cache_used):
+        digest, imports = _ast_cache[key]
+        entries.append([str(key[0]), key[1], key[2], digest, sorted(imports)])
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps({"parser": _parser_identity(), "entries": entries}), encoding="utf-8")
+        os.replace(partial, path)  # atomic: jobs that parse the Snakefile at once never read half a file
+    except OSError:
+        partial.unlink(missing_ok=True)
 
 
 def import_closure(script: str | Path, root: str | Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ from snakemake.utils import min_version, validate
 _CHECKOUT = str(Path(workflow.current_basedir).resolve().parents[1])
 if sys.path[:1] != [_CHECKOUT]:
     sys.path.insert(0, _CHECKOUT)
-from inferlab.jobs.lineage import code_sha256  # noqa: E402
+from inferlab.jobs.lineage import code_sha256, load_parse_cache, save_parse_cache  # noqa: E402
 
 min_version("9.0")
 
@@ -106,6 +106,14 @@ SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
 COMPUTE_SCRIPTS = {"training_model", "kvcache_timing", "kvcache_steps", "kvcache_roofline_probe", "sampling_distribution",
                    "sampling_cell", "sampling_human", "speculative_group", "speculative_baseline", "quant_scheme"}
 _CODE_HASHES = {}
+# the parses of the package's modules, kept between Snakemake starts (inferlab/jobs/lineage.py)
+PARSE_CACHE = Path(".snakemake/inferlab/code-parses.json")
+load_parse_cache(PARSE_CACHE)
+
+
+def save_code_parses():
+    """Called once every rule is defined, so the next start re-reads only edited modules."""
+    save_parse_cache(PARSE_CACHE)
 
 
 def code_hash(script):
