@@ -9,6 +9,10 @@
 # then compares every deterministic table with LOCAL_RUN_DIR's (default: this checkout,
 # where .ci/run has just run the quick workflow locally) using tools/compare_runs.py.
 # EXTRA_CONFIG files are merged over config/quick.yaml, as they were for the local run.
+# The trainings listed in INFERLAB_SLURM_REUSE (default: the corpus, ref_baseline, c1_dim128 and
+# the noise reruns) are reused from LOCAL_RUN with Snakemake's records of them, so they count as
+# done; c1_dim64's training and every job after the trainings run as SLURM jobs, so each rule
+# still goes through sbatch once. INFERLAB_SLURM_REUSE="" runs the whole DAG through SLURM.
 # The cluster is torn down and the copy removed on every exit, failures included.
 # INFERLAB_SLURM_TIMEOUT (seconds, default 3600) bounds the cluster run.
 set -euo pipefail
@@ -32,6 +36,16 @@ tools/slurm-local.sh up
 git ls-files -z --cached --others --exclude-standard \
     | tar --null -T - --ignore-failed-read -cf - | tar -xf - -C "$WORK"
 ln -s "$REPO/.venv" "$WORK/.venv"
+REUSE=${INFERLAB_SLURM_REUSE-results/corpus results/models/ref_baseline results/models/c1_dim128 results/noise}
+if [[ -n $REUSE ]]; then
+    echo "== reused from $LOCAL_RUN (not run through SLURM): $REUSE"
+    for path in $REUSE; do
+        mkdir -p "$WORK/$(dirname "$path")"
+        cp -a "$LOCAL_RUN/$path" "$WORK/$path"
+    done
+    mkdir -p "$WORK/.snakemake"
+    cp -a "$LOCAL_RUN/.snakemake/metadata" "$WORK/.snakemake/"
+fi
 
 # The plugin polls 40 s after a submission and backs off by 10 s per idle poll; on this
 # one-node test cluster, with a chain of jobs of a few seconds each, that waiting was a
