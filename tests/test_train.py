@@ -3,7 +3,8 @@ import json
 import pytest
 import torch
 
-from inferlab.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from inferlab.core.checkpoint import load_checkpoint, save_checkpoint
+from inferlab.core.checkpoint_meta import CheckpointError
 from inferlab.core.evaluation import evaluate_loss, windows
 from inferlab.core.model import GPTConfig
 from inferlab.corpus.text import prepare
