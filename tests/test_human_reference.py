@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.corpus.text import UNK, Vocabulary
 from inferlab.sampling import repetition
 from inferlab.sampling.human_match import DISTANCE_METRICS, cell_distances, choose_human_match

@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.generate import generate
-from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.model import GPT, kv_bytes_per_token
 from inferlab.kvcache import bench as kvbench
 
 TINY = GPTConfig(vocab_size=61, d_model=32, n_layer=2, head_dim=16, max_seq_len=64)

@@ -8,8 +8,9 @@ import pytest
 import torch
 import yaml
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.evaluation import evaluate_against_reference
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.quant import bench as quant_bench
 from inferlab.quant import kernels as quant_kernels
 from inferlab.quant import methods as quant

@@ -11,7 +11,8 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.corpus.text import UNK, Vocabulary
 from inferlab.sampling.repetition import (
     METRICS,

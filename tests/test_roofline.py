@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.core.model import GPTConfig
+from inferlab.core.config import GPTConfig
 from inferlab.kvcache import roofline
 from inferlab.kvcache.bench import generation_flops
 

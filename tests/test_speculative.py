@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.generate import generate
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.speculative.bench import (
     best_groups,

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from inferlab.core.checkpoint_meta import META_NAME, CheckpointError, read_meta
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.jobs.lineage import current_job_lineage, file_sha256
 
 WEIGHTS_NAME = "model.safetensors"

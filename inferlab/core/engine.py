@@ -300,7 +300,7 @@ Engine = EagerEngine | CompiledEngine
 def _smoke_compile(engine: CompiledEngine) -> None:
     """Compiles and runs a one-layer toy step, so a platform without a working inductor
     toolchain (no C++ compiler, unsupported backend) fails here, not in the middle of a table."""
-    from inferlab.core.model import GPTConfig
+    from inferlab.core.config import GPTConfig
     toy = GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=1, max_seq_len=8)).eval()
     session = engine.open(toy)
     session.forward(torch.zeros(1, 1, dtype=torch.long), 0)

@@ -27,9 +27,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.engine import EagerEngine, Engine, engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
-from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.model import GPT, kv_bytes_per_token
 from inferlab.core.timing import synchronize, timed_ms
 
 MODES = ("cache", "no_cache")

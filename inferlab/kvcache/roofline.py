@@ -17,7 +17,8 @@ import statistics
 import pandas as pd
 import torch
 
-from inferlab.core.model import GPTConfig, kv_bytes_per_token
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import kv_bytes_per_token
 from inferlab.core.timing import timed_ms
 from inferlab.kvcache.anchor import FFN_MATRICES, validate_anchor
 from inferlab.kvcache.bench import generation_flops
