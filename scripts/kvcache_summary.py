@@ -5,7 +5,7 @@ import pandas as pd
 
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import by_engine
+from inferlab.core.engine_rows import by_engine
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps

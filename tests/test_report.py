@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab.core.engine import by_engine
+from inferlab.core.engine_rows import by_engine
 from inferlab.core.model import GPT, GPTConfig
 from inferlab.core.sampler import distribution_rows
 from inferlab.jobs.lineage import canonical_sha256 as config_hash

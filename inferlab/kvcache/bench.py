@@ -28,7 +28,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import EagerEngine, Engine, engine_columns
+from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT, kv_bytes_per_token
 from inferlab.core.timing import synchronize, timed_ms

@@ -16,7 +16,8 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from inferlab.core.engine import EagerEngine, Engine, engine_columns
+from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.timing import timed_ms
