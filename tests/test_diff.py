@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from inferlab.core import sampler as sampling
-from inferlab.kvcache import bench as kvbench
+from inferlab.kvcache import summary as kvsummary
 from inferlab.quant import bench as quant_bench
 from inferlab.review import diff, diff_summary, verdicts
 from inferlab.review.diff_figure import diff_figure
@@ -101,7 +101,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
     timings = kv_timings(timing_seed, reps)
     floor = noise.noise_floor_table([{"name": "seed_a", "seed": 1, "val_loss": 4.00},
                                      {"name": "seed_b", "seed": 2, "val_loss": 4.01}], 2.0, "fixed", FLOOR)
-    tables = {"kv_summary": kvbench.summarize_timings(timings), "sp_distribution": distribution,
+    tables = {"kv_summary": kvsummary.summarize_timings(timings), "sp_distribution": distribution,
               "sp_repetition": rep_summary,
               "sp_default": pd.DataFrame([repetition.choose_default(rep_summary, distribution, 0.5)]),
               "spec_summary": spec, "spec_best": speculative_bench.best_groups(spec),
@@ -147,7 +147,7 @@ def test_absent_tables_are_skipped_and_extra_columns_flow_through():
     zipf = human.head(1).assign(metric="zipf", mean=1.1, ci_low=1.0, ci_high=1.2)
     timings = kv_timings(0)
     table = metrics_table({"sp_repetition": pd.concat([summary, human, zipf]),
-                           "kv_summary": kvbench.summarize_timings(timings).assign(engine="eager")}, None, {})
+                           "kv_summary": kvsummary.summarize_timings(timings).assign(engine="eager")}, None, {})
     assert ("sampling", "zipf", "human") in set(zip(table.experiment, table.metric, table.key, strict=True))
     assert set(table.loc[table.experiment == "kvcache", "key"].str.endswith("[eager]")) == {True}
 
@@ -287,7 +287,7 @@ def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_pat
 def test_milestone_style_stamps_and_per_experiment_overrides_are_flattened():
     m4 = {"model": {"model": "ref_baseline", "checkpoint_sha256": "abc"}, "machine": MACHINE_B, "repeats": "3"}
     stamps = {"model": "ref_baseline", "machine": MACHINE_A, "experiments": {"quant": m4}}
-    table = metrics_table({"quant_summary": quant_summary(), "kv_summary": kvbench.summarize_timings(kv_timings(0))},
+    table = metrics_table({"quant_summary": quant_summary(), "kv_summary": kvsummary.summarize_timings(kv_timings(0))},
                           None, stamps)
     quant, kv = table[table.experiment == "quant"], table[table.experiment == "kvcache"]
     assert set(quant["machine_cpu_model"]) == {"CPU B"} and set(quant["checkpoint_sha256"]) == {"abc"}

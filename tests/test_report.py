@@ -17,7 +17,7 @@ from inferlab.core.sampler import distribution_rows
 from inferlab.jobs.lineage import canonical_sha256 as config_hash
 from inferlab.jobs.stamps import carried_stamps, job_stamps
 from inferlab.jobs.tables import write_table
-from inferlab.kvcache import bench as kvbench
+from inferlab.kvcache import summary as kvsummary
 from inferlab.kvcache.roofline import anchor_roofline, our_roofline
 from inferlab.quant import bench as quant_bench
 from inferlab.report.build import ReportPaths, write_report
@@ -108,8 +108,8 @@ def kv_tables(same_output: bool = True, contended: bool = False,
                    "step_ms": (a + 0.004 * pos if mode == "no_cache" else 0.8 * a + 0.0001 * pos) + 0.01 * rep}
                   for mode in ("cache", "no_cache") for pos in (8, 64, 128, 256) for rep in range(3)]
     timings, steps = pd.DataFrame(rows), pd.DataFrame(steps)
-    summary = by_engine(kvbench.summarize_timings, timings.drop(columns="contended"))
-    fit = by_engine(kvbench.fit_table, timings.drop(columns="contended"), summary, steps, config=TINY)
+    summary = by_engine(kvsummary.summarize_timings, timings.drop(columns="contended"))
+    fit = by_engine(kvsummary.fit_table, timings.drop(columns="contended"), summary, steps, config=TINY)
     summary["contended"] = fit["contended"] = contended
     profile = pd.DataFrame([{**_engine_cols(e), "rank": 1, "op": "aten::linear", "op_ms_per_step": 0.3,
                              "wall_ms": 1.0, "op_ms": 0.4 if e == "eager" else 0.7,

@@ -1,9 +1,13 @@
-"""The model's shape (GPTConfig), apart from the model so jobs that only read a checkpoint's
-meta.json need no torch."""
+"""The model's shape (GPTConfig) and the sizes that follow from it, apart from the model so jobs
+that only read a checkpoint's meta.json need no torch."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -32,3 +36,17 @@ class GPTConfig:
         if unknown:
             raise ValueError(f"unknown GPTConfig fields: {sorted(unknown)}")
         return cls(**values)
+
+
+def dtype_bytes(dtype: torch.dtype | None = None) -> int:
+    """Bytes per element of dtype; None is fp32, the dtype of the checkpoints and the timed model."""
+    if dtype is None:
+        return 4
+    import torch  # a dtype was passed, so the caller has torch already
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def kv_bytes_per_token(config: GPTConfig, dtype: torch.dtype | None = None) -> int:
+    """Theoretical KV-cache size per token: K and V, every layer, d_model wide."""
+    return 2 * config.n_layer * config.d_model * dtype_bytes(dtype)

@@ -15,11 +15,6 @@ from torch import nn
 from inferlab.core.config import GPTConfig
 
 
-def kv_bytes_per_token(config: GPTConfig, dtype: torch.dtype = torch.float32) -> int:
-    """Theoretical KV-cache size per token: K and V, every layer, d_model wide."""
-    return 2 * config.n_layer * config.d_model * torch.empty((), dtype=dtype).element_size()
-
-
 class KVCache(nn.Module):
     """Per-layer key/value buffers indexed by absolute position.
 
