@@ -9,7 +9,7 @@ from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
-from inferlab.speculative.bench import best_groups_by_engine, summarise
+from inferlab.speculative.summary import best_groups_by_engine, summarise
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

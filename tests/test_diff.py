@@ -14,7 +14,7 @@ from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
 from inferlab.sampling import repetition
 from inferlab.sampling.summary_table import CELL_COLUMNS
-from inferlab.speculative import bench as speculative_bench
+from inferlab.speculative import summary as speculative_summary
 from inferlab.training import noise_floor as noise
 from inferlab.training.noise_floor import within_noise
 
@@ -96,7 +96,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
     distribution = pd.DataFrame(sampling.distribution_rows([2.0, 1.0, 0.5, 0.1, -1.0],
                                                            [c for c in cells if c["temperature"] > 0]))
     runs, forward, baseline = speculative_tables(timing_seed, reps)
-    spec = speculative_bench.summarise(runs, forward, baseline, {"small": 1000, "target": 10000}, "target")
+    spec = speculative_summary.summarise(runs, forward, baseline, {"small": 1000, "target": 10000}, "target")
     quant = quant_summary(quant_changes)
     timings = kv_timings(timing_seed, reps)
     floor = noise.noise_floor_table([{"name": "seed_a", "seed": 1, "val_loss": 4.00},
@@ -104,7 +104,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
     tables = {"kv_summary": kvsummary.summarize_timings(timings), "sp_distribution": distribution,
               "sp_repetition": rep_summary,
               "sp_default": pd.DataFrame([repetition.choose_default(rep_summary, distribution, 0.5)]),
-              "spec_summary": spec, "spec_best": speculative_bench.best_groups(spec),
+              "spec_summary": spec, "spec_best": speculative_summary.best_groups(spec),
               "quant_summary": quant, "quant_choice": quant_bench.choose_scheme(quant), "noise_floor": floor,
               "kv_fit": None}
     statuses = {"M1": "pass", "M2": "pass", "M3": "pass", "M4": "pass", **(statuses or {})}

@@ -33,7 +33,7 @@ from inferlab.sampling import repetition
 from inferlab.sampling.grid import GREEDY_CELL
 from inferlab.sampling.human_match import cell_distances, choose_human_match
 from inferlab.sampling.summary_table import wide_summary
-from inferlab.speculative import bench as speculative_bench
+from inferlab.speculative import summary as speculative_summary
 from inferlab.training.noise_floor import floor_value, noise_floor_table, within_noise
 
 SEED_REF = Path(__file__).resolve().parent.parent / "config" / "seed-reference.json"
@@ -176,7 +176,7 @@ SPEC_WALL = {"eager": 1.0, "compiled": 0.7}  # engine -> wall-time scale of a sp
 
 
 def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str, pd.DataFrame]:
-    """speculative_bench.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
+    """speculative_summary.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
     over run counters written as the group jobs write them."""
     runs, forward, ident, baseline = [], [], [], []
     for engine, scale in SPEC_WALL.items():
@@ -205,10 +205,10 @@ def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str
         baseline += [{**cols, "rep": rep, "prompt_index": p, "seed": 0, "wall_ms": 100.0 + rep}
                      for rep in range(2) for p in (0, 1)]
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
-    summary = by_engine(speculative_bench.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
+    summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
     summary["contended"] = contended
-    return {"spec_summary": summary, "spec_best": speculative_bench.best_groups_by_engine(summary),
+    return {"spec_summary": summary, "spec_best": speculative_summary.best_groups_by_engine(summary),
             "spec_identity": pd.DataFrame(ident)}
 
 
