@@ -8,7 +8,7 @@ import pytest
 
 from inferlab.core import sampler as sampling
 from inferlab.kvcache import summary as kvsummary
-from inferlab.quant import bench as quant_bench
+from inferlab.quant import choice as quant_choice
 from inferlab.review import diff, diff_summary, verdicts
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
@@ -85,7 +85,7 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
                                    "within_noise": within_noise(delta, FLOOR),
                                    "speed_status": "quality only", "ms_per_token": np.nan,
                                    "fp32_ms_per_token": np.nan, "speedup_vs_fp32": np.nan}]))
-    return quant_bench.summary_table(rows, list(SCHEMES))
+    return quant_choice.summary_table(rows, list(SCHEMES))
 
 
 def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: dict | None = None,
@@ -105,7 +105,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
               "sp_repetition": rep_summary,
               "sp_default": pd.DataFrame([repetition.choose_default(rep_summary, distribution, 0.5)]),
               "spec_summary": spec, "spec_best": speculative_summary.best_groups(spec),
-              "quant_summary": quant, "quant_choice": quant_bench.choose_scheme(quant), "noise_floor": floor,
+              "quant_summary": quant, "quant_choice": quant_choice.choose_scheme(quant), "noise_floor": floor,
               "kv_fit": None}
     statuses = {"M1": "pass", "M2": "pass", "M3": "pass", "M4": "pass", **(statuses or {})}
     milestones = pd.DataFrame([{"milestone": m, "status": s} for m, s in statuses.items()])

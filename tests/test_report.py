@@ -20,6 +20,7 @@ from inferlab.jobs.tables import write_table
 from inferlab.kvcache import summary as kvsummary
 from inferlab.kvcache.roofline import anchor_roofline, our_roofline
 from inferlab.quant import bench as quant_bench
+from inferlab.quant import choice as quant_choice
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
 from inferlab.report.milestones.common import FAIL, MISSING, PASS
@@ -226,15 +227,15 @@ def quant_rows() -> tuple[dict, ...]:
 
 
 def quant_tables(floor: float = 1.0) -> dict[str, pd.DataFrame]:
-    """noise.noise_floor_table, then quant_bench.summary_table and choose_scheme with that floor."""
+    """noise.noise_floor_table, then quant_choice.summary_table and choose_scheme with that floor."""
     runs = [{"name": "ref_baseline", "seed": 1, "val_loss": 4.700},
             {"name": "ref_baseline_seed101", "seed": 101, "val_loss": 4.707}]
     nf = noise_floor_table(runs, sigmas=3, use="fixed", fixed_value=floor)
     floor = floor_value(nf)
     scored = [pd.DataFrame([{**row, "noise_floor": floor, "within_noise": within_noise(row["delta_loss"], floor)}])
               for row in quant_rows()]
-    summary = quant_bench.summary_table(scored, QUANT_SCHEMES)
-    return {"quant_summary": summary, "quant_choice": quant_bench.choose_scheme(summary), "noise_floor": nf}
+    summary = quant_choice.summary_table(scored, QUANT_SCHEMES)
+    return {"quant_summary": summary, "quant_choice": quant_choice.choose_scheme(summary), "noise_floor": nf}
 
 
 def make_data(**tables) -> ReportInputs:
