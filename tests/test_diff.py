@@ -12,7 +12,8 @@ from inferlab.quant import choice as quant_choice
 from inferlab.review import diff, diff_summary, verdicts
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
-from inferlab.sampling import repetition
+from inferlab.sampling import aggregate as sampling_aggregate
+from inferlab.sampling import threshold_rule
 from inferlab.sampling.summary_table import CELL_COLUMNS
 from inferlab.speculative import summary as speculative_summary
 from inferlab.training import noise_floor as noise
@@ -91,7 +92,7 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
 def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: dict | None = None,
                 statuses: dict[str, str] | None = None, contended: bool = False, reps: int = 5) -> pd.DataFrame:
     samples = repetition_samples()
-    rep_summary = repetition.summarise(samples, 200, 0)
+    rep_summary = sampling_aggregate.summarise(samples, 200, 0)
     cells = samples.drop_duplicates("cell")[CELL_COLUMNS].to_dict("records")
     distribution = pd.DataFrame(sampling.distribution_rows([2.0, 1.0, 0.5, 0.1, -1.0],
                                                            [c for c in cells if c["temperature"] > 0]))
@@ -103,7 +104,7 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
                                      {"name": "seed_b", "seed": 2, "val_loss": 4.01}], 2.0, "fixed", FLOOR)
     tables = {"kv_summary": kvsummary.summarize_timings(timings), "sp_distribution": distribution,
               "sp_repetition": rep_summary,
-              "sp_default": pd.DataFrame([repetition.choose_default(rep_summary, distribution, 0.5)]),
+              "sp_default": pd.DataFrame([threshold_rule.choose_default(rep_summary, distribution, 0.5)]),
               "spec_summary": spec, "spec_best": speculative_summary.best_groups(spec),
               "quant_summary": quant, "quant_choice": quant_choice.choose_scheme(quant), "noise_floor": floor,
               "kv_fit": None}
@@ -142,7 +143,7 @@ def test_absent_tables_are_skipped_and_extra_columns_flow_through():
     only_quant = metrics_table({"quant_summary": quant_summary()}, None, {})
     assert set(only_quant["experiment"]) == {"quant"}
     samples = repetition_samples()
-    summary = repetition.summarise(samples, 50, 0)
+    summary = sampling_aggregate.summarise(samples, 50, 0)
     human = summary[summary.cell == "greedy"].assign(cell="human")
     zipf = human.head(1).assign(metric="zipf", mean=1.1, ci_low=1.0, ci_high=1.2)
     timings = kv_timings(0)

@@ -30,7 +30,8 @@ from inferlab.report.milestones.sampling import check_m2
 from inferlab.report.milestones.speculative import check_m3
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.runinfo import benchmark_table, classify_outputs
-from inferlab.sampling import repetition
+from inferlab.sampling import aggregate as sampling_aggregate
+from inferlab.sampling import threshold_rule
 from inferlab.sampling.grid import GREEDY_CELL
 from inferlab.sampling.human_match import cell_distances, choose_human_match
 from inferlab.sampling.summary_table import wide_summary
@@ -159,17 +160,17 @@ def sampling_tables(full: bool = True, rule: str = "human_match") -> dict[str, p
                          in_corpus_4gram_share=human["in_corpus_4gram_share"] - 0.033,
                          nll_per_token=human["nll_per_token"] + 0.66, zipf_coefficient=human["zipf_coefficient"] - 0.11)
     samples = pd.concat([samples, human], ignore_index=True)
-    summary = repetition.summarise(samples, resamples=50, seed=0)
+    summary = sampling_aggregate.summarise(samples, resamples=50, seed=0)
     distances = cell_distances(samples, resamples=50, seed=0)
     if rule == "human_match":
         record = choose_human_match(distances, wide_summary(summary), dist)
     else:
-        record = repetition.choose_default(summary[summary["cell"] != "human"], dist, max_in_corpus_drop=0.1)
+        record = threshold_rule.choose_default(summary[summary["cell"] != "human"], dist, max_in_corpus_drop=0.1)
     if not full:
         summary = summary[~summary["cell"].isin([c["cell"] for c in CELLS[-2:]])]
     return {"sp_distribution": dist, "sp_repetition": summary, "sp_default": pd.DataFrame([record]),
             "sp_distance": distances.assign(chosen=distances["cell"] == record["cell"]),
-            "sp_samples": repetition.example_texts(samples, 1)}
+            "sp_samples": sampling_aggregate.example_texts(samples, 1)}
 
 
 DRAFTS = {"c1_dim64": (0.6, 0.09), "c1_dim128": (0.7, 0.29)}  # draft -> (acceptance, step-time ratio)
