@@ -19,7 +19,8 @@ from inferlab.core.checkpoint import load_checkpoint, load_token_ids
 from inferlab.core.generate import generate, greedy
 from inferlab.core.model import GPT
 from inferlab.core.sampler import counting, make_generators, make_sampler, sample_seed
-from inferlab.corpus.text import Vocabulary, encode_prompt, load_vocabulary
+from inferlab.corpus.prompt import encode_prompt
+from inferlab.corpus.text import Vocabulary, load_vocabulary
 
 # ---------------------------------------------------------------------------------------------
 # Metrics on one sample's generated token ids (the prompt is never included).

@@ -18,7 +18,8 @@ from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.timing import timed_ms
-from inferlab.corpus.text import Vocabulary, encode_prompt
+from inferlab.corpus.prompt import encode_prompt
+from inferlab.corpus.text import Vocabulary
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
