@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.engine_rows import by_engine
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.core.sampler import distribution_rows
 from inferlab.jobs.lineage import canonical_sha256 as config_hash
 from inferlab.jobs.stamps import carried_stamps, job_stamps
