@@ -3,8 +3,8 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.core.checkpoint import model_stamp
-from inferlab.core.model import GPTConfig
+from inferlab.core.checkpoint_meta import model_stamp
+from inferlab.core.config import GPTConfig
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import format_machine
 from inferlab.jobs.setup import start_job

@@ -7,7 +7,8 @@ from inferlab.jobs.machine import machine_stamp, resolve_device
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, write_table
-from inferlab.kvcache.roofline import param_bytes, run_probes
+from inferlab.kvcache.probes import run_probes
+from inferlab.kvcache.roofline import param_bytes
 
 smk = snakemake  # noqa: F821
 p = smk.params

@@ -6,7 +6,8 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 import torch
 
-from inferlab.core.checkpoint import load_checkpoint, load_token_ids, model_stamp
+from inferlab.core.checkpoint import load_checkpoint, load_token_ids
+from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp

@@ -3,7 +3,7 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 from tqdm import tqdm
 
-from inferlab.core.checkpoint import model_stamp
+from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.setup import start_job

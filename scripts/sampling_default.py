@@ -9,8 +9,8 @@ from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_provenance, read_table, write_table
 from inferlab.sampling.human_match import cell_distances, choose_human_match
-from inferlab.sampling.repetition import choose_default
 from inferlab.sampling.summary_table import wide_summary
+from inferlab.sampling.threshold_rule import choose_default
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -3,7 +3,8 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import numpy as np
 
-from inferlab.core.checkpoint import load_token_ids, model_stamp
+from inferlab.core.checkpoint import load_token_ids
+from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.setup import start_job

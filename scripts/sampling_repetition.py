@@ -8,7 +8,7 @@ from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_provenance, read_table, write_table
-from inferlab.sampling.repetition import example_texts, summarise
+from inferlab.sampling.aggregate import example_texts, summarise
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

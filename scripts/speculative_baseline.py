@@ -5,7 +5,8 @@ from pathlib import Path
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.core.checkpoint import load_checkpoint, model_stamp
+from inferlab.core.checkpoint import load_checkpoint
+from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.engine import make_engine
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread

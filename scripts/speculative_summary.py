@@ -3,13 +3,13 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
-from inferlab.core.checkpoint import model_stamp
-from inferlab.core.engine import by_engine
+from inferlab.core.checkpoint_meta import model_stamp
+from inferlab.core.engine_rows import by_engine
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
-from inferlab.speculative.bench import best_groups_by_engine, summarise
+from inferlab.speculative.summary import best_groups_by_engine, summarise
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -3,7 +3,7 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.core.checkpoint import load_token_ids, save_checkpoint
-from inferlab.core.model import GPTConfig
+from inferlab.core.config import GPTConfig
 from inferlab.corpus.text import require_chars
 from inferlab.jobs.configcheck import training_chars_needed, validation_chars_needed
 from inferlab.jobs.lineage import job_lineage

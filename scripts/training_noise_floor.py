@@ -5,7 +5,7 @@ from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
-from inferlab.core.checkpoint import read_meta
+from inferlab.core.checkpoint_meta import read_meta
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps

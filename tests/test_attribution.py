@@ -151,13 +151,14 @@ def test_a_config_edit_of_one_scheme_is_named_with_its_values(tmp_path):
 
 
 @pytest.mark.parametrize(("module", "moved"), [("inferlab/quant/gptq.py", ("quant", "gptq_4b")),
-                                               ("inferlab/sampling/repetition.py", ("sampling", "greedy")),
+                                               ("inferlab/sampling/aggregate.py", ("sampling", "greedy")),
                                                ("inferlab/core/model.py", ("quant", "gptq_4b"))])
 def test_a_code_edit_names_the_module(tmp_path, module, moved):
     edited = code_root_with_edit(tmp_path, module)
     d = explained(tmp_path, {"drift": {}}, {"code_root": edited, "drift": {moved: 0.1}})
     cause = causes_of(d)[moved]
-    assert cause.startswith(f"{CODE}: ") and module in cause, cause
+    # quant_summary imports no quantisation code: an edit there reaches it through the scheme tables
+    assert f"{CODE}: " in cause and module in cause, cause
     assert set(causes_of(d)) == {moved}  # what did not move needs no cause
 
 

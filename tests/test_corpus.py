@@ -83,7 +83,7 @@ def test_prepare_rejects_too_small_vocabulary_source():
 
 
 def test_prompt_encoding_maps_unknown_characters_to_unk_and_counts_them():
-    from inferlab.corpus.text import encode_prompt
+    from inferlab.corpus.prompt import encode_prompt
 
     vocab = Vocabulary.from_text("aaabbc", 3)
     ids, unk = encode_prompt(vocab, "abzc")

@@ -7,14 +7,15 @@ import pandas as pd
 import pytest
 
 from inferlab.core import sampler as sampling
-from inferlab.kvcache import bench as kvbench
-from inferlab.quant import bench as quant_bench
+from inferlab.kvcache import summary as kvsummary
+from inferlab.quant import choice as quant_choice
 from inferlab.review import diff, diff_summary, verdicts
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
-from inferlab.sampling import repetition
+from inferlab.sampling import aggregate as sampling_aggregate
+from inferlab.sampling import threshold_rule
 from inferlab.sampling.summary_table import CELL_COLUMNS
-from inferlab.speculative import bench as speculative_bench
+from inferlab.speculative import summary as speculative_summary
 from inferlab.training import noise_floor as noise
 from inferlab.training.noise_floor import within_noise
 
@@ -85,27 +86,27 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
                                    "within_noise": within_noise(delta, FLOOR),
                                    "speed_status": "quality only", "ms_per_token": np.nan,
                                    "fp32_ms_per_token": np.nan, "speedup_vs_fp32": np.nan}]))
-    return quant_bench.summary_table(rows, list(SCHEMES))
+    return quant_choice.summary_table(rows, list(SCHEMES))
 
 
 def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: dict | None = None,
                 statuses: dict[str, str] | None = None, contended: bool = False, reps: int = 5) -> pd.DataFrame:
     samples = repetition_samples()
-    rep_summary = repetition.summarise(samples, 200, 0)
+    rep_summary = sampling_aggregate.summarise(samples, 200, 0)
     cells = samples.drop_duplicates("cell")[CELL_COLUMNS].to_dict("records")
     distribution = pd.DataFrame(sampling.distribution_rows([2.0, 1.0, 0.5, 0.1, -1.0],
                                                            [c for c in cells if c["temperature"] > 0]))
     runs, forward, baseline = speculative_tables(timing_seed, reps)
-    spec = speculative_bench.summarise(runs, forward, baseline, {"small": 1000, "target": 10000}, "target")
+    spec = speculative_summary.summarise(runs, forward, baseline, {"small": 1000, "target": 10000}, "target")
     quant = quant_summary(quant_changes)
     timings = kv_timings(timing_seed, reps)
     floor = noise.noise_floor_table([{"name": "seed_a", "seed": 1, "val_loss": 4.00},
                                      {"name": "seed_b", "seed": 2, "val_loss": 4.01}], 2.0, "fixed", FLOOR)
-    tables = {"kv_summary": kvbench.summarize_timings(timings), "sp_distribution": distribution,
+    tables = {"kv_summary": kvsummary.summarize_timings(timings), "sp_distribution": distribution,
               "sp_repetition": rep_summary,
-              "sp_default": pd.DataFrame([repetition.choose_default(rep_summary, distribution, 0.5)]),
-              "spec_summary": spec, "spec_best": speculative_bench.best_groups(spec),
-              "quant_summary": quant, "quant_choice": quant_bench.choose_scheme(quant), "noise_floor": floor,
+              "sp_default": pd.DataFrame([threshold_rule.choose_default(rep_summary, distribution, 0.5)]),
+              "spec_summary": spec, "spec_best": speculative_summary.best_groups(spec),
+              "quant_summary": quant, "quant_choice": quant_choice.choose_scheme(quant), "noise_floor": floor,
               "kv_fit": None}
     statuses = {"M1": "pass", "M2": "pass", "M3": "pass", "M4": "pass", **(statuses or {})}
     milestones = pd.DataFrame([{"milestone": m, "status": s} for m, s in statuses.items()])
@@ -142,12 +143,12 @@ def test_absent_tables_are_skipped_and_extra_columns_flow_through():
     only_quant = metrics_table({"quant_summary": quant_summary()}, None, {})
     assert set(only_quant["experiment"]) == {"quant"}
     samples = repetition_samples()
-    summary = repetition.summarise(samples, 50, 0)
+    summary = sampling_aggregate.summarise(samples, 50, 0)
     human = summary[summary.cell == "greedy"].assign(cell="human")
     zipf = human.head(1).assign(metric="zipf", mean=1.1, ci_low=1.0, ci_high=1.2)
     timings = kv_timings(0)
     table = metrics_table({"sp_repetition": pd.concat([summary, human, zipf]),
-                           "kv_summary": kvbench.summarize_timings(timings).assign(engine="eager")}, None, {})
+                           "kv_summary": kvsummary.summarize_timings(timings).assign(engine="eager")}, None, {})
     assert ("sampling", "zipf", "human") in set(zip(table.experiment, table.metric, table.key, strict=True))
     assert set(table.loc[table.experiment == "kvcache", "key"].str.endswith("[eager]")) == {True}
 
@@ -287,7 +288,7 @@ def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_pat
 def test_milestone_style_stamps_and_per_experiment_overrides_are_flattened():
     m4 = {"model": {"model": "ref_baseline", "checkpoint_sha256": "abc"}, "machine": MACHINE_B, "repeats": "3"}
     stamps = {"model": "ref_baseline", "machine": MACHINE_A, "experiments": {"quant": m4}}
-    table = metrics_table({"quant_summary": quant_summary(), "kv_summary": kvbench.summarize_timings(kv_timings(0))},
+    table = metrics_table({"quant_summary": quant_summary(), "kv_summary": kvsummary.summarize_timings(kv_timings(0))},
                           None, stamps)
     quant, kv = table[table.experiment == "quant"], table[table.experiment == "kvcache"]
     assert set(quant["machine_cpu_model"]) == {"CPU B"} and set(quant["checkpoint_sha256"]) == {"abc"}

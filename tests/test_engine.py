@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from inferlab.core import engine as engine_module
-from inferlab.core.engine import EagerEngine, by_engine, make_engine
+from inferlab.core.engine import EagerEngine, make_engine
+from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.kvcache.bench import time_generation
-from inferlab.speculative.bench import best_groups_by_engine
 from inferlab.speculative.decode import SamplingSettings, speculative_decode
+from inferlab.speculative.summary import best_groups_by_engine
 from tests.test_speculative import similar_pair
 
 

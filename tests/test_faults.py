@@ -20,8 +20,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab.core.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.checkpoint import load_checkpoint, save_checkpoint
+from inferlab.core.checkpoint_meta import CheckpointError, read_meta
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.corpus import download
 from inferlab.corpus.text import CorpusError, prepare, read_corpus, require_chars
 from inferlab.jobs import configcheck

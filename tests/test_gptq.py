@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.evaluation import evaluate_against_reference
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.quant import gptq
 from inferlab.quant import methods as quant
 from tests.test_quant import GPTQ_CONFIG, train_tiny_model

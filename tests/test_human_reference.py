@@ -7,21 +7,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.corpus.text import UNK, Vocabulary
 from inferlab.sampling import repetition
+from inferlab.sampling.aggregate import summarise
 from inferlab.sampling.human_match import DISTANCE_METRICS, cell_distances, choose_human_match
 from inferlab.sampling.human_reference import AFTER_PROMPT, RANDOM_WINDOW, pick_continuations, score_human
 from inferlab.sampling.repetition import (
-    METRICS,
     continuation_nll,
     corpus_ngram_index,
     generate_cell,
     sample_metrics,
-    summarise,
-    wide_summary,
     zipf_coefficient,
 )
+from inferlab.sampling.summary_table import METRICS, wide_summary
 
 # ---------------------------------------------------------------------------------------------
 # Metrics.

@@ -5,9 +5,12 @@ import pandas as pd
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig, kv_bytes_per_token
 from inferlab.core.generate import generate
-from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.model import GPT
 from inferlab.kvcache import bench as kvbench
+from inferlab.kvcache import flops as kvflops
+from inferlab.kvcache import summary as kvsummary
 
 TINY = GPTConfig(vocab_size=61, d_model=32, n_layer=2, head_dim=16, max_seq_len=64)
 
@@ -89,7 +92,7 @@ def test_fit_recovers_a_and_b_from_synthetic_step_times():
     rng = np.random.default_rng(0)
     positions = np.repeat(np.arange(5, 261, 16), 5)
     times = 4.0 + 0.03 * positions + rng.normal(0, 0.05, positions.size)
-    a, b, r2 = kvbench.fit_line(positions, times)
+    a, b, r2 = kvsummary.fit_line(positions, times)
     assert a == pytest.approx(4.0, abs=0.05)
     assert b == pytest.approx(0.03, rel=0.02)
     assert r2 > 0.99
@@ -97,10 +100,10 @@ def test_fit_recovers_a_and_b_from_synthetic_step_times():
 
 def test_fit_from_totals_recovers_a_and_b():
     prompt_len, lengths = 5, [32, 64, 128, 256]
-    totals = [kvbench.predicted_no_cache_ms(2.5, 0.01, prompt_len, n) for n in lengths]
+    totals = [kvsummary.predicted_no_cache_ms(2.5, 0.01, prompt_len, n) for n in lengths]
     # by hand for n=32: 32·2.5 + 0.01·(5 + ... + 36)
     assert totals[0] == pytest.approx(32 * 2.5 + 0.01 * sum(range(5, 37)))
-    a, b, r2 = kvbench.fit_totals(lengths, totals, prompt_len)
+    a, b, r2 = kvsummary.fit_totals(lengths, totals, prompt_len)
     assert (a, b) == pytest.approx((2.5, 0.01))
     assert r2 == pytest.approx(1.0)
 
@@ -111,7 +114,7 @@ def test_fit_table_predicts_ratio_from_fit():
     for length in (32, 64):
         for rep in range(3):
             for mode, total in (("cache", cache_step * length),
-                                ("no_cache", kvbench.predicted_no_cache_ms(a, b, prompt_len, length))):
+                                ("no_cache", kvsummary.predicted_no_cache_ms(a, b, prompt_len, length))):
                 rows.append({"device": "cpu", "threads": 1, "prompt_tokens": prompt_len, "length": length,
                              "rep": rep, "mode": mode, "total_ms": total * (1 + 0.01 * rep),
                              "ms_per_token": total / length, "same_output": True, "kv_bytes_per_token": 8192.0})
@@ -119,8 +122,8 @@ def test_fit_table_predicts_ratio_from_fit():
     positions = np.arange(5, 70, 8)
     steps = pd.DataFrame([{"mode": m, "positions": p, "rep": 0, "step_ms": (a + b * p) if m == "no_cache"
                            else cache_step} for m in ("cache", "no_cache") for p in positions])
-    summary = kvbench.summarize_timings(timings)
-    fit = kvbench.fit_table(timings, summary, steps, GPTConfig())
+    summary = kvsummary.summarize_timings(timings)
+    fit = kvsummary.fit_table(timings, summary, steps, GPTConfig())
     assert fit["a_ms"].iloc[0] == pytest.approx(a) and fit["b_ms_per_position"].iloc[0] == pytest.approx(b)
     measured = summary[summary["mode"] == "cache"].set_index("length")["speed_ratio"]
     assert np.allclose(fit["predicted_ratio"], measured.loc[fit["length"]].to_numpy(), rtol=0.02)
@@ -134,11 +137,11 @@ def test_fit_table_predicts_ratio_from_fit():
 def test_flop_counts():
     config = GPTConfig()
     # Matmul weights plus RMSNorm weights are every parameter of ref_baseline.
-    assert kvbench.matmul_params(config) + (2 * config.n_layer + 1) * config.d_model == 3_688_704
+    assert kvflops.matmul_params(config) + (2 * config.n_layer + 1) * config.d_model == 3_688_704
     # A causal forward over T tokens costs what T single cached steps cost.
-    assert kvbench.forward_flops(config, 20) == pytest.approx(
-        sum(kvbench.forward_flops(config, 1, t) for t in range(20)))
-    ratios = [kvbench.flop_estimate_ratio(config, 5, n) for n in (32, 64, 128, 256)]
+    assert kvflops.forward_flops(config, 20) == pytest.approx(
+        sum(kvflops.forward_flops(config, 1, t) for t in range(20)))
+    ratios = [kvflops.flop_estimate_ratio(config, 5, n) for n in (32, 64, 128, 256)]
     assert all(r2 > r1 > 1 for r1, r2 in zip(ratios, ratios[1:], strict=False))
     # Without attention the ratio is Σ(P+j) / (P + n - 1) positions' worth of dense FLOPs.
     dense_only = sum(5 + j for j in range(256)) / (5 + 255)

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig, kv_bytes_per_token
 from inferlab.core.generate import generate
-from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.model import GPT
 
 SPEC_PARAMS = {256: 3_688_704, 128: 1_057_920, 64: 332_352}
 

@@ -8,9 +8,11 @@ import pytest
 import torch
 import yaml
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.evaluation import evaluate_against_reference
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.quant import bench as quant_bench
+from inferlab.quant import choice as quant_choice
 from inferlab.quant import kernels as quant_kernels
 from inferlab.quant import methods as quant
 from inferlab.training.loop import TrainConfig, train_model
@@ -223,7 +225,7 @@ def test_choice_key_prefers_fewer_bits_then_simpler_method():
         {"scheme": "int8_per_tensor_sym", "bits": 8, "effective_bits_per_weight": 8.0},
         {"scheme": "int4_g128_sym", "bits": 4, "effective_bits_per_weight": 4.125},
     ]
-    ordered = [r["scheme"] for r in sorted(rows, key=quant_bench.choice_key)]
+    ordered = [r["scheme"] for r in sorted(rows, key=quant_choice.choice_key)]
     assert ordered == ["int4_per_channel_sym", "int4_g128_sym", "int4_g32_sym", "int4_gptq", "int8_per_tensor_sym"]
 
 
@@ -335,7 +337,7 @@ def test_choice_takes_fewest_bits_below_floor_and_explains_it():
     summary = pd.DataFrame([_row("int8_per_channel_sym", 0.001), _row("int4_per_tensor_sym", 0.031),
                             _row("int4_per_channel_sym", 0.012), _row("int4_gptq", 0.008),
                             _row("int3_gptq", 0.025), _row("int3_g32_sym", 0.040), _row("bf16", 0.0)])
-    choice = quant_bench.choose_scheme(summary).iloc[0]
+    choice = quant_choice.choose_scheme(summary).iloc[0]
     assert choice["scheme"] == "int4_per_channel_sym"  # int4_gptq is better but less simple: tie at 4 bits
     assert choice["n_below_floor"] == 4
     assert "+0.0120" in choice["reason"] and "0.0200" in choice["reason"]
@@ -347,7 +349,7 @@ def test_choice_when_nothing_is_below_the_floor():
     import pandas as pd
 
     summary = pd.DataFrame([_row("int4_per_tensor_sym", 0.05), _row("int3_gptq", 0.03)])
-    choice = quant_bench.choose_scheme(summary).iloc[0]
+    choice = quant_choice.choose_scheme(summary).iloc[0]
     assert choice["scheme"] == "none" and choice["n_below_floor"] == 0
     assert "int3_gptq at +0.0300" in choice["reason"]
 

@@ -11,22 +11,21 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.corpus.text import UNK, Vocabulary
+from inferlab.sampling.aggregate import bootstrap_ci, example_texts, summarise
 from inferlab.sampling.repetition import (
-    METRICS,
-    bootstrap_ci,
-    choose_default,
     corpus_ngram_index,
     distinct_n,
-    example_texts,
     generate_cell,
     in_corpus_share,
     ngram_keys,
     sample_metrics,
     seq_rep_n,
-    summarise,
 )
+from inferlab.sampling.summary_table import METRICS
+from inferlab.sampling.threshold_rule import choose_default
 
 
 def test_metrics_on_a_periodic_sequence():

@@ -11,15 +11,17 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab.core.engine import by_engine
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.config import GPTConfig
+from inferlab.core.engine_rows import by_engine
+from inferlab.core.model import GPT
 from inferlab.core.sampler import distribution_rows
 from inferlab.jobs.lineage import canonical_sha256 as config_hash
 from inferlab.jobs.stamps import carried_stamps, job_stamps
 from inferlab.jobs.tables import write_table
-from inferlab.kvcache import bench as kvbench
+from inferlab.kvcache import summary as kvsummary
 from inferlab.kvcache.roofline import anchor_roofline, our_roofline
 from inferlab.quant import bench as quant_bench
+from inferlab.quant import choice as quant_choice
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
 from inferlab.report.milestones.common import FAIL, MISSING, PASS
@@ -29,11 +31,12 @@ from inferlab.report.milestones.sampling import check_m2
 from inferlab.report.milestones.speculative import check_m3
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.runinfo import benchmark_table, classify_outputs
-from inferlab.sampling import repetition
+from inferlab.sampling import aggregate as sampling_aggregate
+from inferlab.sampling import threshold_rule
 from inferlab.sampling.grid import GREEDY_CELL
 from inferlab.sampling.human_match import cell_distances, choose_human_match
 from inferlab.sampling.summary_table import wide_summary
-from inferlab.speculative import bench as speculative_bench
+from inferlab.speculative import summary as speculative_summary
 from inferlab.training.noise_floor import floor_value, noise_floor_table, within_noise
 
 SEED_REF = Path(__file__).resolve().parent.parent / "config" / "seed-reference.json"
@@ -108,8 +111,8 @@ def kv_tables(same_output: bool = True, contended: bool = False,
                    "step_ms": (a + 0.004 * pos if mode == "no_cache" else 0.8 * a + 0.0001 * pos) + 0.01 * rep}
                   for mode in ("cache", "no_cache") for pos in (8, 64, 128, 256) for rep in range(3)]
     timings, steps = pd.DataFrame(rows), pd.DataFrame(steps)
-    summary = by_engine(kvbench.summarize_timings, timings.drop(columns="contended"))
-    fit = by_engine(kvbench.fit_table, timings.drop(columns="contended"), summary, steps, config=TINY)
+    summary = by_engine(kvsummary.summarize_timings, timings.drop(columns="contended"))
+    fit = by_engine(kvsummary.fit_table, timings.drop(columns="contended"), summary, steps, config=TINY)
     summary["contended"] = fit["contended"] = contended
     profile = pd.DataFrame([{**_engine_cols(e), "rank": 1, "op": "aten::linear", "op_ms_per_step": 0.3,
                              "wall_ms": 1.0, "op_ms": 0.4 if e == "eager" else 0.7,
@@ -158,17 +161,17 @@ def sampling_tables(full: bool = True, rule: str = "human_match") -> dict[str, p
                          in_corpus_4gram_share=human["in_corpus_4gram_share"] - 0.033,
                          nll_per_token=human["nll_per_token"] + 0.66, zipf_coefficient=human["zipf_coefficient"] - 0.11)
     samples = pd.concat([samples, human], ignore_index=True)
-    summary = repetition.summarise(samples, resamples=50, seed=0)
+    summary = sampling_aggregate.summarise(samples, resamples=50, seed=0)
     distances = cell_distances(samples, resamples=50, seed=0)
     if rule == "human_match":
         record = choose_human_match(distances, wide_summary(summary), dist)
     else:
-        record = repetition.choose_default(summary[summary["cell"] != "human"], dist, max_in_corpus_drop=0.1)
+        record = threshold_rule.choose_default(summary[summary["cell"] != "human"], dist, max_in_corpus_drop=0.1)
     if not full:
         summary = summary[~summary["cell"].isin([c["cell"] for c in CELLS[-2:]])]
     return {"sp_distribution": dist, "sp_repetition": summary, "sp_default": pd.DataFrame([record]),
             "sp_distance": distances.assign(chosen=distances["cell"] == record["cell"]),
-            "sp_samples": repetition.example_texts(samples, 1)}
+            "sp_samples": sampling_aggregate.example_texts(samples, 1)}
 
 
 DRAFTS = {"c1_dim64": (0.6, 0.09), "c1_dim128": (0.7, 0.29)}  # draft -> (acceptance, step-time ratio)
@@ -176,7 +179,7 @@ SPEC_WALL = {"eager": 1.0, "compiled": 0.7}  # engine -> wall-time scale of a sp
 
 
 def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str, pd.DataFrame]:
-    """speculative_bench.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
+    """speculative_summary.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
     over run counters written as the group jobs write them."""
     runs, forward, ident, baseline = [], [], [], []
     for engine, scale in SPEC_WALL.items():
@@ -205,10 +208,10 @@ def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str
         baseline += [{**cols, "rep": rep, "prompt_index": p, "seed": 0, "wall_ms": 100.0 + rep}
                      for rep in range(2) for p in (0, 1)]
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
-    summary = by_engine(speculative_bench.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
+    summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
     summary["contended"] = contended
-    return {"spec_summary": summary, "spec_best": speculative_bench.best_groups_by_engine(summary),
+    return {"spec_summary": summary, "spec_best": speculative_summary.best_groups_by_engine(summary),
             "spec_identity": pd.DataFrame(ident)}
 
 
@@ -226,15 +229,15 @@ def quant_rows() -> tuple[dict, ...]:
 
 
 def quant_tables(floor: float = 1.0) -> dict[str, pd.DataFrame]:
-    """noise.noise_floor_table, then quant_bench.summary_table and choose_scheme with that floor."""
+    """noise.noise_floor_table, then quant_choice.summary_table and choose_scheme with that floor."""
     runs = [{"name": "ref_baseline", "seed": 1, "val_loss": 4.700},
             {"name": "ref_baseline_seed101", "seed": 101, "val_loss": 4.707}]
     nf = noise_floor_table(runs, sigmas=3, use="fixed", fixed_value=floor)
     floor = floor_value(nf)
     scored = [pd.DataFrame([{**row, "noise_floor": floor, "within_noise": within_noise(row["delta_loss"], floor)}])
               for row in quant_rows()]
-    summary = quant_bench.summary_table(scored, QUANT_SCHEMES)
-    return {"quant_summary": summary, "quant_choice": quant_bench.choose_scheme(summary), "noise_floor": nf}
+    summary = quant_choice.summary_table(scored, QUANT_SCHEMES)
+    return {"quant_summary": summary, "quant_choice": quant_choice.choose_scheme(summary), "noise_floor": nf}
 
 
 def make_data(**tables) -> ReportInputs:

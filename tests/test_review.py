@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from inferlab.jobs.lineage import file_sha256
-from inferlab.quant import bench as quant_bench
+from inferlab.quant import choice as quant_choice
 from inferlab.report.build import write_report
 from inferlab.report.milestones.common import FAIL, PASS
 from inferlab.report.opening import STALE_STATUS
@@ -85,8 +85,8 @@ def _quant_with(scheme: str, extra_loss: float, floor: float = 1.0) -> dict[str,
         delta = row["delta_loss"] + (extra_loss if row["scheme"] == scheme else 0.0)
         scored.append(pd.DataFrame([{**row, "delta_loss": delta, "noise_floor": floor,
                                      "within_noise": within_noise(delta, floor)}]))
-    summary = quant_bench.summary_table(scored, QUANT_SCHEMES)
-    return {**tables, "quant_summary": summary, "quant_choice": quant_bench.choose_scheme(summary)}
+    summary = quant_choice.summary_table(scored, QUANT_SCHEMES)
+    return {**tables, "quant_summary": summary, "quant_choice": quant_choice.choose_scheme(summary)}
 
 
 def test_a_changed_quant_scheme_changes_only_its_rows_and_what_derives_from_them(tmp_path):

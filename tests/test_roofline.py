@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.core.model import GPTConfig
-from inferlab.kvcache import roofline
-from inferlab.kvcache.bench import generation_flops
+from inferlab.core.config import GPTConfig
+from inferlab.kvcache import probes, roofline
+from inferlab.kvcache.flops import generation_flops
 
 HAND = {
     "name": "hand", "architecture": {"n_layer": 2, "d_model": 8, "n_head": 4, "n_kv_head": 2, "head_dim": 2,
@@ -74,7 +74,7 @@ def test_our_roofline_arithmetic():
 
 
 def test_probes_report_positive_rates():
-    table = roofline.run_probes("cpu", [1 << 20], matmul_size=64, repeats=2)
+    table = probes.run_probes("cpu", [1 << 20], matmul_size=64, repeats=2)
     assert set(table["probe"]) == {"bandwidth_read_sum", "bandwidth_copy", "matmul_fp32"}
     assert (table["value"] > 0).all()
     bandwidth, flops = roofline.best_rates(table)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.generate import generate
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.core.sampler import (
     distribution_rows,
     distribution_stats,

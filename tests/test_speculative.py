@@ -9,15 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.generate import generate
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
-from inferlab.speculative.bench import (
-    best_groups,
-    expected_tokens_per_round,
-    summarise,
-    theoretical_speedup,
-)
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
@@ -27,6 +22,12 @@ from inferlab.speculative.decode import (
     speculative_decode,
     verify_greedy,
     verify_sampled,
+)
+from inferlab.speculative.summary import (
+    best_groups,
+    expected_tokens_per_round,
+    summarise,
+    theoretical_speedup,
 )
 
 

@@ -3,9 +3,10 @@ import json
 import pytest
 import torch
 
-from inferlab.core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from inferlab.core.checkpoint import load_checkpoint, save_checkpoint
+from inferlab.core.checkpoint_meta import CheckpointError
+from inferlab.core.config import GPTConfig
 from inferlab.core.evaluation import evaluate_loss, windows
-from inferlab.core.model import GPTConfig
 from inferlab.corpus.text import prepare
 from inferlab.training.loop import TrainConfig, choose_precision, cpu_flags, lr_at, train_model
 from inferlab.training.noise_floor import floor_value, noise_floor_table

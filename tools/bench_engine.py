@@ -16,8 +16,9 @@ import time
 
 import torch
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.engine import make_engine
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 
 VARIANTS = {
     "eager": ("eager", {}),

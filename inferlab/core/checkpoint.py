@@ -9,15 +9,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.checkpoint_meta import META_NAME, CheckpointError, read_meta
+from inferlab.core.config import GPTConfig
+from inferlab.core.model import GPT
 from inferlab.jobs.lineage import current_job_lineage, file_sha256
 
 WEIGHTS_NAME = "model.safetensors"
-META_NAME = "meta.json"
-
-
-class CheckpointError(RuntimeError):
-    pass
 
 
 def save_checkpoint(model: GPT, meta: dict, directory: str | Path) -> dict:
@@ -34,33 +31,6 @@ def save_checkpoint(model: GPT, meta: dict, directory: str | Path) -> dict:
     tmp_meta = directory / (META_NAME + ".tmp")
     tmp_meta.write_text(json.dumps(meta, indent=2, ensure_ascii=False, default=str) + "\n")
     os.replace(tmp_meta, directory / META_NAME)
-    return meta
-
-
-# Fields every reader relies on; save_checkpoint always writes them.
-REQUIRED_META = ("name", "model_config", "params", "weights_sha256", "val_loss")
-
-
-def _recovery(path: Path) -> str:
-    return f"rerun its training with: snakemake --cores all --forcerun {path}"
-
-
-def read_meta(directory: str | Path) -> dict:
-    """meta.json, or a CheckpointError naming the file and the command that rebuilds it.
-
-    A checkpoint whose meta.json is absent, unreadable or incomplete is corrupt, never "missing".
-    """
-    path = Path(directory) / META_NAME
-    if not path.exists():
-        raise CheckpointError(f"{path}: no meta.json, so this checkpoint is incomplete (interrupted training?); "
-                              f"{_recovery(path)}")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: unreadable ({err}); {_recovery(path)}") from err
-    missing = [key for key in REQUIRED_META if not isinstance(meta, dict) or key not in meta]
-    if missing:
-        raise CheckpointError(f"{path}: missing field(s) {missing}; {_recovery(path)}")
     return meta
 
 
@@ -85,12 +55,6 @@ def load_checkpoint(directory: str | Path, device: str = "cpu",
         raise CheckpointError(f"{weights}: weights do not fit the config in meta.json: {err}") from err
     model.to(device).eval()
     return model, meta
-
-
-def model_stamp(meta: dict, name: str) -> dict:
-    """The 'model' stamp of every conclusion."""
-    return {"model": name, "params": meta["params"], "checkpoint_sha256": meta["weights_sha256"],
-            "val_loss": meta["val_loss"]}
 
 
 def load_token_ids(path: str | Path) -> torch.Tensor:

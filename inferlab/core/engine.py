@@ -28,7 +28,6 @@ import time
 import weakref
 from collections.abc import Callable
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -300,7 +299,7 @@ Engine = EagerEngine | CompiledEngine
 def _smoke_compile(engine: CompiledEngine) -> None:
     """Compiles and runs a one-layer toy step, so a platform without a working inductor
     toolchain (no C++ compiler, unsupported backend) fails here, not in the middle of a table."""
-    from inferlab.core.model import GPTConfig
+    from inferlab.core.config import GPTConfig
     toy = GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=1, max_seq_len=8)).eval()
     session = engine.open(toy)
     session.forward(torch.zeros(1, 1, dtype=torch.long), 0)
@@ -322,26 +321,3 @@ def make_engine(name: str, check: bool = True, **options) -> Engine:
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         log.warning("compiled engine unavailable, falling back to eager: %s", reason)
         return EagerEngine(fallback_reason=reason, requested="compiled")
-
-
-# --------------------------------------------------------------------------- tables per engine
-
-def engine_columns(engine: Engine) -> dict:
-    """The engine a table's rows ran on, as columns: the requested name and the one actually used."""
-    return {"engine": engine.requested, "engine_used": engine.engine_used,
-            "engine_fallback_reason": engine.engine_fallback_reason or ""}
-
-
-def by_engine(function: Callable[..., pd.DataFrame], *tables: pd.DataFrame, **kwargs) -> pd.DataFrame:
-    """function applied to each engine's rows of the tables, stacked with engine columns first.
-
-    Ratios, fits and shares are therefore always within one engine, never across two."""
-    engine_keys = ["engine", "engine_used", "engine_fallback_reason"]
-    parts = []
-    for keys, _ in tables[0].groupby(engine_keys, sort=False):
-        rows = [t[t["engine"] == keys[0]].drop(columns=engine_keys, errors="ignore") for t in tables]
-        part = function(*rows, **kwargs)
-        for column, value in reversed(list(zip(engine_keys, keys, strict=True))):
-            part.insert(0, column, value)
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)

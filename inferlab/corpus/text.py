@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 UNK = "<unk>"
 CHAPTER_HEADING = re.compile(r"^第[一二三四五六七八九十百零〇○]+回：?")
@@ -140,19 +137,6 @@ class PreparedCorpus:
             np.save(getattr(paths, name), np.asarray(self.vocab.encode(text), dtype=np.uint16))
         Path(paths.vocab).write_text(json.dumps({"tokens": self.vocab.tokens}, ensure_ascii=False) + "\n",
                                      encoding="utf-8")
-
-
-def encode_prompt(vocab: Vocabulary, text: str, device: str = "cpu") -> tuple[torch.Tensor, int]:
-    """Prompt ids (1, P) on device, plus how many characters fell outside the vocabulary.
-
-    Unknown characters map to <unk> (they are counted and logged, never an error).
-    """
-    if not text:
-        raise ValueError("the prompt is empty")
-    unk = vocab.unk_count(text)
-    if unk:
-        logging.warning("prompt %r: %d character(s) outside the vocabulary mapped to <unk>", text, unk)
-    return torch.tensor([vocab.encode(text)], dtype=torch.long, device=device), unk
 
 
 def load_vocabulary(path: str | Path) -> Vocabulary:

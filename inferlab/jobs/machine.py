@@ -8,8 +8,6 @@ import platform
 import socket
 from pathlib import Path
 
-import torch
-
 from inferlab.jobs.lineage import git_state
 
 
@@ -78,6 +76,8 @@ def hardware_fingerprint() -> dict:
 
 def resolve_device(requested: str = "cpu") -> str:
     """'auto' picks CUDA, then MPS, then CPU; an explicit device must exist."""
+    import torch  # only compute jobs probe a device; aggregation jobs stay torch-free
+
     if requested == "auto":
         if torch.cuda.is_available():
             return "cuda"
@@ -93,11 +93,17 @@ def resolve_device(requested: str = "cpu") -> str:
 
 def device_name(device: str) -> str:
     if device == "cuda":
+        import torch
+
         return torch.cuda.get_device_name()
     return cpu_model() if device == "cpu" else device
 
 
 def machine_stamp(device: str = "cpu") -> dict:
+    """Called by the jobs that measure, which have imported torch already (its thread count is
+    part of the stamp)."""
+    import torch
+
     return {
         # the host that ran the job: under a cluster executor each job may land on another
         # node, and timings from different nodes are not comparable

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
 
-import torch
-
 from inferlab.jobs.lineage import set_job_lineage
+
+
+def _set_threads(threads: int) -> None:
+    # Aggregation jobs never import torch (~3 s of a job); compute jobs have imported it by now.
+    torch = sys.modules.get("torch")
+    if torch is None:
+        # a later `import torch` reads these
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        logging.info("torch %s (not imported), %d threads", importlib.metadata.version("torch"), threads)
+        return
+    torch.set_num_threads(threads)
+    logging.info("torch %s, %d threads", torch.__version__, torch.get_num_threads())
 
 
 def start_job(log_path: str | Path, threads: int, lineage: dict | None = None) -> TextIO:
@@ -32,8 +44,7 @@ def start_job(log_path: str | Path, threads: int, lineage: dict | None = None) -
     sys.excepthook = report_failure
     logging.basicConfig(stream=handle, level=logging.INFO, force=True,
                         format="%(asctime)s %(levelname)s %(message)s")
-    torch.set_num_threads(max(1, int(threads)))
-    logging.info("torch %s, %d threads", torch.__version__, torch.get_num_threads())
+    _set_threads(max(1, int(threads)))
     if lineage:
         logging.info("lineage: rule %s, code %s, config %s", lineage["rule"],
                      str(lineage["code_sha256"])[:12], lineage["config_sha256"][:12])

@@ -5,14 +5,13 @@ Four pieces, each testable on its own:
   (`time_generation`), and single decode steps at chosen sequence lengths (`time_steps`);
 - the KV cache's size, measured from the cache tensors and checked against 2·L·d·bytes
   (`measure_kv_bytes_per_token`);
-- the explanation: a least-squares fit of the uncached step time as a + b·positions
-  (`fit_line`, `fit_table`) and the lesson-1 FLOP count of the ratio (`flop_estimate_ratio`);
+- the explanation, in torch-free modules the summary job reads: a least-squares fit of the
+  uncached step time as a + b·positions (`inferlab.kvcache.summary`) and the lesson-1 FLOP
+  count of the ratio (`inferlab.kvcache.flops`);
 - a torch.profiler breakdown of one cached step into time inside operators and time
   outside them (`profile_cached_step`).
 
-Vocabulary: a generation of `length` new tokens after a prompt of P tokens takes `length`
-forward passes. Uncached, pass j (0-based) runs over P + j positions; cached, pass 0 is the
-prefill over P positions and pass j >= 1 runs one token at position P + j - 1.
+Passes and positions are counted as in `inferlab.kvcache.flops`'s docstring.
 """
 
 from __future__ import annotations
@@ -27,9 +26,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
-from inferlab.core.engine import EagerEngine, Engine, engine_columns
+from inferlab.core.config import kv_bytes_per_token
+from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
-from inferlab.core.model import GPT, GPTConfig, kv_bytes_per_token
+from inferlab.core.model import GPT
 from inferlab.core.timing import synchronize, timed_ms
 
 MODES = ("cache", "no_cache")
@@ -184,144 +185,6 @@ def check_kv_bytes(measured: dict) -> None:
     if measured["kv_bytes_per_token"] != measured["kv_bytes_per_token_theory"]:
         raise AssertionError(f"KV cache measures {measured['kv_bytes_per_token']} bytes/token, "
                              f"2·L·d·bytes gives {measured['kv_bytes_per_token_theory']}")
-
-
-# ---------------------------------------------------------------------------- FLOPs
-
-
-def matmul_params(config: GPTConfig) -> int:
-    """Weights that take part in a matmul per token: the blocks' Linears plus the tied head."""
-    per_layer = (4 + 2 * config.mlp_ratio) * config.d_model ** 2  # qkv 3d², proj d², MLP 2·r·d²
-    return config.n_layer * per_layer + config.vocab_size * config.d_model
-
-
-def forward_flops(config: GPTConfig, n_tokens: int, start: int = 0) -> float:
-    """FLOPs of one forward over n_tokens at positions start..start+n_tokens-1 (causal).
-
-    2 FLOPs per weight per token (the head runs on every position, as model() does), plus
-    attention: Q·Kᵀ and A·V, 2·d FLOPs each per layer per (query, visible key) pair.
-    """
-    dense = 2.0 * n_tokens * matmul_params(config)
-    visible_keys = n_tokens * start + n_tokens * (n_tokens + 1) / 2
-    attention = 4.0 * config.n_layer * config.d_model * visible_keys
-    return dense + attention
-
-
-def generation_flops(config: GPTConfig, prompt_len: int, length: int, use_cache: bool) -> float:
-    """All forward FLOPs of a greedy generation of `length` tokens (see the module docstring)."""
-    if use_cache:
-        return forward_flops(config, prompt_len) + sum(
-            forward_flops(config, 1, prompt_len + j) for j in range(length - 1))
-    return sum(forward_flops(config, prompt_len + j) for j in range(length))
-
-
-def flop_estimate_ratio(config: GPTConfig, prompt_len: int, length: int) -> float:
-    """Lesson 1's prediction of the no-cache / cache time ratio: the ratio of FLOPs."""
-    return generation_flops(config, prompt_len, length, False) / generation_flops(config, prompt_len, length,
-                                                                                  True)
-
-
-# ---------------------------------------------------------------------------- fit
-
-
-def fit_line(x, y) -> tuple[float, float, float]:
-    """Least squares y = a + b·x; returns (a, b, r²)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    design = np.column_stack([np.ones_like(x), x])
-    (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
-    residual = y - (a + b * x)
-    total = ((y - y.mean()) ** 2).sum()
-    r2 = 1.0 - (residual ** 2).sum() / total if total > 0 else float("nan")
-    return float(a), float(b), float(r2)
-
-
-def step_positions_of_generation(prompt_len: int, length: int) -> np.ndarray:
-    """Positions each uncached pass runs over: P, P+1, ..., P+length-1."""
-    return prompt_len + np.arange(length)
-
-
-def predicted_no_cache_ms(a: float, b: float, prompt_len: int, length: int) -> float:
-    """total_ms(n) = Σ over the n uncached passes of (a + b·positions)."""
-    return float((a + b * step_positions_of_generation(prompt_len, length)).sum())
-
-
-def fit_totals(lengths, totals_ms, prompt_len: int) -> tuple[float, float, float]:
-    """Fits a, b from whole-generation times: total = n·a + b·Σpositions, no intercept."""
-    n = np.asarray(lengths, dtype=float)
-    sums = np.array([step_positions_of_generation(prompt_len, int(k)).sum() for k in lengths], dtype=float)
-    y = np.asarray(totals_ms, dtype=float)
-    (a, b), *_ = np.linalg.lstsq(np.column_stack([n, sums]), y, rcond=None)
-    residual = y - (a * n + b * sums)
-    total = ((y - y.mean()) ** 2).sum()
-    r2 = 1.0 - (residual ** 2).sum() / total if total > 0 else float("nan")
-    return float(a), float(b), float(r2)
-
-
-def paired_ratios(timings: pd.DataFrame) -> pd.DataFrame:
-    """no_cache / cache total time for each (length, rep): the pairs ran back to back."""
-    wide = timings.pivot_table(index=["length", "rep"], columns="mode", values="total_ms").reset_index()
-    wide["speed_ratio"] = wide["no_cache"] / wide["cache"]
-    return wide
-
-
-def summarize_timings(timings: pd.DataFrame) -> pd.DataFrame:
-    """Median/min/max per (length, mode); the speed ratio repeats on both rows of a length.
-
-    speed_ratio is the median of the per-rep ratios (each pair ran back to back);
-    ratio_of_medians is median(no_cache)/median(cache), for reference.
-    """
-    stats = (timings.groupby(["length", "mode"])
-             .agg(reps=("rep", "nunique"),
-                  total_ms_median=("total_ms", "median"), total_ms_min=("total_ms", "min"),
-                  total_ms_max=("total_ms", "max"),
-                  ms_per_token_median=("ms_per_token", "median"), ms_per_token_min=("ms_per_token", "min"),
-                  ms_per_token_max=("ms_per_token", "max"),
-                  same_output_all=("same_output", "all"),
-                  kv_bytes_per_token=("kv_bytes_per_token", "first"))
-             .reset_index())
-    ratios = (paired_ratios(timings).groupby("length")["speed_ratio"]
-              .agg(speed_ratio="median", speed_ratio_min="min", speed_ratio_max="max").reset_index())
-    medians = stats.pivot(index="length", columns="mode", values="total_ms_median")
-    ratios["ratio_of_medians"] = (medians["no_cache"] / medians["cache"]).reindex(ratios["length"]).to_numpy()
-    meta = timings.groupby("length")[["device", "threads", "prompt_tokens"]].first().reset_index()
-    return stats.merge(ratios, on="length").merge(meta, on="length")
-
-
-def fit_table(timings: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame, config: GPTConfig) -> pd.DataFrame:
-    """One row per length: the fit (repeated), the ratio it predicts, and the FLOP estimate.
-
-    The main fit uses the single-step probe (uncached passes timed at several sequence
-    lengths, every rep a point); a second fit from whole-generation totals is a cross-check.
-    The measured times and ratio belong to `summary` (summarize_timings); they are read from
-    it, not stored again, so each number lives in one table.
-    """
-    prompt_len = int(timings["prompt_tokens"].iloc[0])
-    uncached = steps[steps["mode"] == "no_cache"]
-    cached = steps[steps["mode"] == "cache"]
-    a, b, r2 = fit_line(uncached["positions"], uncached["step_ms"])
-    a_c, b_c, r2_c = fit_line(cached["positions"], cached["step_ms"])
-    no_cache = timings[timings["mode"] == "no_cache"]
-    a_t, b_t, r2_t = fit_totals(no_cache["length"], no_cache["total_ms"], prompt_len)
-    rows = []
-    for length, group in summary.groupby("length"):
-        by_mode = group.set_index("mode")
-        cache_ms = float(by_mode.loc["cache", "total_ms_median"])
-        predicted_ms = predicted_no_cache_ms(a, b, prompt_len, int(length))
-        rows.append({
-            "length": int(length), "prompt_tokens": prompt_len,
-            "a_ms": a, "b_ms_per_position": b, "r2": r2, "fit_points": len(uncached),
-            "a_cache_ms": a_c, "b_cache_ms_per_position": b_c, "r2_cache": r2_c,
-            "a_ms_from_totals": a_t, "b_ms_per_position_from_totals": b_t, "r2_from_totals": r2_t,
-            "predicted_no_cache_total_ms": predicted_ms,
-            # Share of the uncached generation that is the fixed per-step cost n·a.
-            "fixed_share_no_cache": int(length) * a / predicted_ms,
-            "predicted_ratio": predicted_ms / cache_ms,
-            "prediction_error": predicted_ms / cache_ms / float(by_mode.loc["cache", "speed_ratio"]) - 1.0,
-            "flop_estimate_ratio": flop_estimate_ratio(config, prompt_len, int(length)),
-            "cache_flops_per_token": generation_flops(config, prompt_len, int(length), True) / length,
-            "no_cache_flops_per_token": generation_flops(config, prompt_len, int(length), False) / length,
-        })
-    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------- profiler

@@ -6,21 +6,23 @@ max(bytes / bandwidth, FLOPs / peak FLOP/s), and tokens/s at most its inverse.
 
 Two subjects: the anchor (a 27B-class dense model on an H100 SXM, described by a dict the
 workflow reads from config/anchor-model.json; spec-sheet numbers, nothing is run) and our
-own model on this machine, with bandwidth and FLOP/s from a short probe (`probe_*`).
+own model on this machine, with bandwidth and FLOP/s from a short probe
+(`inferlab.kvcache.probes`).
 Units are in the column names: bytes, GB/s = 1e9 bytes/s, GFLOP/s = 1e9 FLOP/s.
 """
 
 from __future__ import annotations
 
-import statistics
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
 
-from inferlab.core.model import GPTConfig, kv_bytes_per_token
-from inferlab.core.timing import timed_ms
+from inferlab.core.config import GPTConfig, dtype_bytes, kv_bytes_per_token
 from inferlab.kvcache.anchor import FFN_MATRICES, validate_anchor
-from inferlab.kvcache.bench import generation_flops
+from inferlab.kvcache.flops import generation_flops
+
+if TYPE_CHECKING:
+    import torch
 
 # ---------------------------------------------------------------------------- anchor
 
@@ -96,9 +98,9 @@ def anchor_roofline(anchor: dict, context_tokens: list[int]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- our model
 
 
-def param_bytes(dtype: torch.dtype = torch.float32) -> int:
+def param_bytes(dtype: torch.dtype | None = None) -> int:
     """Bytes per parameter of weights held in dtype (the checkpoints and the timed model are fp32)."""
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype_bytes(dtype)
 
 
 def our_roofline(config: GPTConfig, params: int, weight_bytes_per_param: int, prompt_len: int, length: int,
@@ -111,7 +113,7 @@ def our_roofline(config: GPTConfig, params: int, weight_bytes_per_param: int, pr
 
     Per token, averaged over the generation's forward passes (prefill included, as in the
     timing): all weights once (the tied embedding is read whole as the head) plus the KV
-    cache of the context, and the FLOPs of inferlab.kvcache.bench.generation_flops.
+    cache of the context, and the FLOPs of inferlab.kvcache.flops.generation_flops.
     """
     weight_bytes = params * weight_bytes_per_param
     kv_per_token = kv_bytes_per_token(config)
@@ -127,49 +129,6 @@ def our_roofline(config: GPTConfig, params: int, weight_bytes_per_param: int, pr
         "context_tokens": mean_context, "kv_read_bytes_per_token": kv_per_token * mean_context, **bounds,
         "measured_over_bound": measured_ms_per_token / bounds["lower_bound_ms_per_token"],
     }])
-
-
-# ---------------------------------------------------------------------------- probes
-
-
-def _median_ms(fn, device: str, repeats: int) -> float:
-    fn()  # warm-up: first touch of the pages, kernel selection
-    return statistics.median(timed_ms(fn, device)[1] for _ in range(repeats))
-
-
-@torch.no_grad()
-def probe_bandwidth(device: str, n_bytes: int, repeats: int) -> list[dict]:
-    """Memory bandwidth from a tensor of n_bytes: a sum (reads n_bytes) and a copy (reads and writes)."""
-    n = max(1, n_bytes // 4)
-    src = torch.rand(n, device=device)
-    dst = torch.empty_like(src)
-    rows = []
-    for kind, fn, moved in (("read_sum", lambda: src.sum(), n * 4),
-                            ("copy", lambda: dst.copy_(src), 2 * n * 4)):
-        ms = _median_ms(fn, device, repeats)
-        rows.append({"probe": f"bandwidth_{kind}", "size_bytes": n * 4, "median_ms": ms,
-                     "value": moved / (ms / 1e3) / 1e9, "unit": "GB/s", "repeats": repeats})
-    return rows
-
-
-@torch.no_grad()
-def probe_matmul(device: str, size: int, repeats: int) -> dict:
-    """fp32 matmul throughput: (size × size) @ (size × size) is 2·size³ FLOPs."""
-    a = torch.rand(size, size, device=device)
-    b = torch.rand(size, size, device=device)
-    ms = _median_ms(lambda: a @ b, device, repeats)
-    return {"probe": "matmul_fp32", "size_bytes": 3 * size * size * 4, "median_ms": ms,
-            "value": 2.0 * size ** 3 / (ms / 1e3) / 1e9, "unit": "GFLOP/s", "repeats": repeats}
-
-
-def run_probes(device: str, sizes_bytes: list[int], matmul_size: int, repeats: int) -> pd.DataFrame:
-    """Bandwidth at each size (e.g. the model's weight size and one far above the caches), matmul once."""
-    rows = [row for size in sizes_bytes for row in probe_bandwidth(device, size, repeats)]
-    rows.append(probe_matmul(device, matmul_size, repeats))
-    table = pd.DataFrame(rows)
-    table.insert(0, "threads", torch.get_num_threads())
-    table.insert(0, "device", device)
-    return table
 
 
 def best_rates(probes: pd.DataFrame) -> tuple[float, float]:

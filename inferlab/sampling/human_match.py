@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from inferlab.sampling.aggregate import bootstrap_means
 from inferlab.sampling.grid import GREEDY, HUMAN
-from inferlab.sampling.repetition import bootstrap_means
 
 # seq-rep-4 and distinct-2 (repetition), the in-corpus share (copying), the target's NLL per
 # token (how likely the text is) and the Zipf coefficient (the shape of the word distribution).

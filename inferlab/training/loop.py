@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from inferlab.core.config import GPTConfig
 from inferlab.core.evaluation import evaluate_loss
-from inferlab.core.model import GPT, GPTConfig
+from inferlab.core.model import GPT
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,47 @@
+"""Which jobs import torch: each job is a fresh process, and `import torch` is about half of a
+short job's wall time, so the aggregation jobs must not pay it. Compute jobs must have it imported
+before start_job, which sets torch's thread count only when torch is already there."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMON = (ROOT / "workflow/rules/common.smk").read_text(encoding="utf-8")
+COMPUTE = ast.literal_eval(re.search(r"COMPUTE_SCRIPTS = (\{.*?\})", COMMON, re.S).group(1))
+# report_build stamps the machine (machine_stamp imports torch for its thread count)
+SCRIPTS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py") if not p.stem.startswith("_")
+                 and p.stem != "report_build")
+
+# Runs a script's top-level imports only (the rest needs the snakemake object).
+PROBE = """
+import ast, sys
+sys.path[:0] = [sys.argv[2] + "/scripts", sys.argv[2]]
+tree = ast.parse(open(sys.argv[1], encoding="utf-8").read())
+imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+exec(compile(ast.Module(imports, []), sys.argv[1], "exec"), {"__name__": "job"})
+print("torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_only_compute_jobs_import_torch(script):
+    out = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / f"scripts/{script}.py"), str(ROOT)],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == str(script in COMPUTE), out.stderr
+
+
+def test_start_job_without_torch_leaves_the_thread_count_to_the_environment(tmp_path):
+    code = ("import os, sys; from inferlab.jobs.setup import start_job; start_job(sys.argv[1], 3); "
+            "print('torch' in sys.modules, os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])")
+    log = tmp_path / "job.log"
+    out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, check=True,
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["False", "3", "3"]
+    assert "torch 2" in log.read_text(encoding="utf-8") and "3 threads" in log.read_text(encoding="utf-8")
