@@ -57,8 +57,13 @@ def kv_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
                      f"{cell(table, first, LENGTH)} tokens, {cell(table, last, ratio_column(base))}× at {longest}.")
     if fit_column(base) in table:
         seed = table.loc[last, SEED_CPU].iloc[0]
+        measured, fitted = hi, table.loc[last, fit_column(base)].iloc[0]
+        flop = table.loc[last, FLOP].iloc[0] if FLOP in table else float("inf")
+        closer = abs(fitted - measured) < abs(flop - measured)
+        lead = ("A fixed per-step cost explains the gap to the FLOP count" if closer
+                else "The step-time fit does not explain the gap either")
         sentences.append(
-            f"A fixed per-step cost explains the gap to the FLOP count: the fit a + b·positions of the step time "
+            f"{lead}: the fit a + b·positions of the step time "
             f"predicts {cell(table, last, fit_column(base))}× at {longest} on {base}"
             + (f"; the seed page's CPU measured {cell(table, last, SEED_CPU)}× (their model, their machine)."
                if pd.notna(seed) else "."))

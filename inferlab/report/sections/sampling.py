@@ -74,18 +74,23 @@ def sampling_findings(table: pd.DataFrame, chosen: str, default: pd.Series) -> l
     at = {name: table["cell"] == name for name in table["cell"]}
     sentences = []
     if "distance" in table:
-        runner = table[~table["cell"].isin([HUMAN_CELL, GREEDY_CELL, chosen])].head(1)
+        sampled = table[~table["cell"].isin([HUMAN_CELL, GREEDY_CELL])]
+        runner = sampled[sampled["cell"] != chosen].head(1)
         versus = (f", against {cell(runner, None, 'distance')} for the next closest, {runner['cell'].iloc[0]}"
                   if len(runner) else "")
         greedy = (f", and {cell(table, at[GREEDY_CELL], 'distance')} for greedy" if GREEDY_CELL in at else "")
-        sentences.append(f"The default {chosen} is the cell closest to human text: distance "
+        rank = ("the cell closest to human text" if sampled["cell"].iloc[0] == chosen
+                else "the rule's pick among cells tied with the closest within noise")
+        sentences.append(f"The default {chosen} is {rank}: distance "
                          f"{cell(table, at[chosen], 'distance')}{versus}{greedy}.")
     if {HUMAN_CELL, GREEDY_CELL} <= at.keys():
         least = table[~table["cell"].isin([HUMAN_CELL, GREEDY_CELL])].sort_values("seq_rep_4").head(1)
+        drifts = least["in_corpus_4gram_share"].iloc[0] < table.loc[at[HUMAN_CELL], "in_corpus_4gram_share"].iloc[0]
+        lead = "Less repetition is not better text" if drifts else "Less repetition here stays close to the corpus"
         sentences.append(
-            f"Less repetition is not better text: greedy repeats {cell(table, at[GREEDY_CELL], 'seq_rep_4')} of its "
+            f"{lead}: greedy repeats {cell(table, at[GREEDY_CELL], 'seq_rep_4')} of its "
             f"4-grams and human text {cell(table, at[HUMAN_CELL], 'seq_rep_4')}; the least repetitive cell, "
-            f"{least['cell'].iloc[0]}, repeats {cell(least, None, 'seq_rep_4')}, but only "
+            f"{least['cell'].iloc[0]}, repeats {cell(least, None, 'seq_rep_4')}, {'but only' if drifts else 'and'} "
             f"{cell(least, None, 'in_corpus_4gram_share')} of its 4-grams occur in the corpus (human text: "
             f"{cell(table, at[HUMAN_CELL], 'in_corpus_4gram_share')}).")
     theirs = table[table[SEED_KEPT].notna()]
