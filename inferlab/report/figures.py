@@ -142,7 +142,7 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFr
         return placeholder(FIGURES["sampling_repetition"], "results/sampling/repetition.parquet")
     w = wide_summary(rep).reset_index()
     greedy, human, sampled = repetition_rows(w)
-    fig, ax = plt.subplots(figsize=(6.0, 2.7))
+    fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
     trunc = sampled["truncation"] if "truncation" in sampled.columns else np.where(sampled["min_p"] > 0, "min_p",
                                                                                    "top_p")
     scale = plt.Normalize(float(sampled["temperature"].min()), float(sampled["temperature"].max()) + 1e-9)
@@ -168,7 +168,7 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFr
                         fontsize=8, arrowprops={"arrowstyle": "->", "lw": 0.8})
     ax.set_xlabel("4-gram repetition (share of repeated 4-grams)")
     ax.set_ylabel("in-corpus 4-gram share")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.32, 1.0), fontsize=8, frameon=False)
+    fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     ax.set_title(FIGURES["sampling_repetition"], fontsize=10)
     return to_png(fig)
 
@@ -211,7 +211,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     from matplotlib.patches import Patch
 
     s = summary.sort_values("delta_loss", ascending=False)
-    fig, ax = plt.subplots(figsize=(6.4, 0.15 * len(s) + 1.0))
+    fig, ax = plt.subplots(figsize=(6.4, 0.15 * len(s) + 1.4), layout="constrained")
     within = s["within_noise"].astype(bool)
     ax.barh(s["scheme"].astype(str), s["delta_loss"], color=np.where(within, "#2e8b57", "#c0392b"), height=0.7)
     handles = [Patch(color="#2e8b57", label="within our noise floor"), Patch(color="#c0392b", label="above it")]
@@ -228,7 +228,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     ax.axvline(0, color="k", linewidth=0.8)
     ax.tick_params(axis="y", labelsize=7)
     ax.set_xlabel("validation loss − fp32 validation loss (nats)")
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     ax.set_title(FIGURES["quant_delta"], fontsize=10)
     return to_png(fig)
 

@@ -7,6 +7,7 @@ templates/report.html.j2. The page is self-contained: figures are inline base64 
 from __future__ import annotations
 
 import base64
+import struct
 
 import jinja2
 
@@ -15,6 +16,7 @@ from inferlab.report.render import FINDINGS_HEADING, Document, cells, headers, r
 from inferlab.report.stamp_reader import stamp_lines
 
 TEMPLATE = "report.html.j2"
+MAX_PAIRED_ASPECT = 3.0  # a wider figure (small multiples) keeps the full width instead of sitting beside text
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("inferlab.report", "templates"),
                           autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
@@ -36,9 +38,16 @@ def _milestone_view(m: Milestone) -> dict:
     return {"id": m.id, "title": m.title, "status": m.status, "verdict": m.verdict, "stamps": stamp_lines(m.stamps)}
 
 
+def png_aspect(png: bytes) -> float:
+    """Width / height of a PNG, from its IHDR chunk."""
+    width, height = struct.unpack(">II", png[16:24])
+    return width / height if height else 1.0
+
+
 def _figure_view(doc: Document, stem: str, caption: str) -> dict:
-    png = base64.b64encode(doc.figures[stem]).decode()
-    return {"stem": stem, "caption": caption, "src": f"data:image/png;base64,{png}"}
+    png = doc.figures[stem]
+    return {"stem": stem, "caption": caption, "aspect": png_aspect(png),
+            "src": f"data:image/png;base64,{base64.b64encode(png).decode()}"}
 
 
 def block_view(doc: Document, block: tuple) -> dict:
@@ -67,11 +76,16 @@ def appendix_view(doc: Document) -> list[dict]:
 
 
 def paired(views: list[dict]) -> list[dict]:
-    """A table followed by its findings become one pair: side by side on a wide screen, stacked on a narrow one."""
+    """Side by side on a wide screen, stacked on a narrow one: the question and prediction beside the figure,
+    the table beside its findings (reading order stays: question, prediction, figure, table, findings)."""
     out: list[dict] = []
     for v in views:
         if v["kind"] == "findings" and out and out[-1]["kind"] == "table":
-            out.append({"kind": "pair", "table": out.pop(), "findings": v})
+            out.append({"kind": "pair", "left": [out.pop()], "right": [v], "wide": "left"})
+        elif (v["kind"] == "figure" and v["aspect"] <= MAX_PAIRED_ASPECT and len(out) >= 2
+              and out[-1]["kind"] == "prediction" and out[-2]["kind"] == "question"):
+            lead = [out.pop(-2), out.pop()]
+            out.append({"kind": "pair", "left": lead, "right": [v], "wide": "right"})
         else:
             out.append(v)
     return out
