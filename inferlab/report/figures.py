@@ -70,7 +70,8 @@ def kvcache_ratio(ratios: pd.DataFrame | None, fit: pd.DataFrame | None, seed: d
             ax.plot(f["length"], f["predicted_ratio"], "s--", color="tab:orange", label="fit a + b·positions")
         if flops is not None and "flop_estimate_ratio" in flops.columns:
             ax.plot(flops["length"], flops["flop_estimate_ratio"], "^:", color="tab:grey", label="FLOP estimate")
-        if i == 0 and kv.get("cpu_ratio_at_256"):
+        # their CPU value sits at its own length, on the seed-faithful engine, when our lengths reach it
+        if i == 0 and kv.get("cpu_ratio_at_256") and kv.get("max_length", 256) in set(block["length"]):
             ax.plot([kv.get("max_length", 256)], [kv["cpu_ratio_at_256"]], "X", color="k", markersize=8,
                     label=f"seed page, their CPU ({kv['cpu_ratio_at_256']}×)")
         ax.set_xscale("log", base=2)

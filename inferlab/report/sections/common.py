@@ -56,6 +56,13 @@ def compact(df: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     return out
 
 
+def without_empty_theirs(df: pd.DataFrame) -> pd.DataFrame:
+    """The body table without a seed-page column that has no value on any shown row (their cell is not in our
+    grid): an empty column says nothing; the full table in the appendix keeps it."""
+    empty = [c for c in df.columns if "seed page" in str(c) and df[c].isna().all()]
+    return df.drop(columns=empty)
+
+
 def cell(df: pd.DataFrame, mask, column: str) -> str:
     """One cell of a compact table as the reader sees it, for a finding's sentence."""
     rows = df.loc[mask, column] if mask is not None else df[column]

@@ -9,11 +9,20 @@ from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
 from inferlab.report.render import Document
-from inferlab.report.sections.common import cell, compact, experiment, findings, missing_note, verdict
+from inferlab.report.sections.common import (
+    cell,
+    compact,
+    experiment,
+    findings,
+    missing_note,
+    verdict,
+    without_empty_theirs,
+)
 
 LENGTH = "generated tokens"
 FLOP = "FLOP estimate (×)"
 SEED_CPU = "CPU, seed page (theirs) (×)"
+FIT_TOLERANCE = 0.25  # the fit "explains" the measured ratio when it lands within 25% of it
 
 
 def ratio_column(engine: str) -> str:
@@ -59,8 +68,8 @@ def kv_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
         seed = table.loc[last, SEED_CPU].iloc[0]
         measured, fitted = hi, table.loc[last, fit_column(base)].iloc[0]
         flop = table.loc[last, FLOP].iloc[0] if FLOP in table else float("inf")
-        closer = abs(fitted - measured) < abs(flop - measured)
-        lead = ("A fixed per-step cost explains the gap to the FLOP count" if closer
+        explains = abs(fitted - measured) <= FIT_TOLERANCE * measured and abs(fitted - measured) < abs(flop - measured)
+        lead = ("A fixed per-step cost explains the gap to the FLOP count" if explains
                 else "The step-time fit does not explain the gap either")
         sentences.append(
             f"{lead}: the fit a + b·positions of the step time "
@@ -88,10 +97,10 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
     doc.add("figure", "kvcache_ratio", F.FIGURES["kvcache_ratio"])
     full = doc.full_table("kv-ratios", "KV cache: speed ratio per engine and length, with min-max over reruns",
                           kv_ratio_by_length(data.table("kv_summary")))
-    doc.add("table", table, "Speed ratio no-cache / cache time (median of paired reruns; eager is the "
-            "seed-faithful engine). The fit, profiler and roofline tables are in the appendix.", full)
+    doc.add("table", without_empty_theirs(table), "Speed ratio no-cache / cache time (median of paired reruns; "
+            "eager is the seed-faithful engine). The fit, profiler and roofline tables are in the appendix.", full)
+    findings(doc, kv_findings(table, engines_in(data.table("kv_summary"))))
     if contended(data, "kv_timings", "kv_summary", "kv_steps", "kv_profile"):
         doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; they are not comparable "
                 "with an idle run.")
-    findings(doc, kv_findings(table, engines_in(data.table("kv_summary"))))
     verdict(doc, m)

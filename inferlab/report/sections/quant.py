@@ -8,7 +8,15 @@ from inferlab.report import figures as F
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
-from inferlab.report.sections.common import cell, compact, experiment, findings, missing_note, verdict
+from inferlab.report.sections.common import (
+    cell,
+    compact,
+    experiment,
+    findings,
+    missing_note,
+    verdict,
+    without_empty_theirs,
+)
 
 SEED_DELTA = "Δ loss, seed page (theirs)"
 COLUMNS = ["scheme", "bits", "delta_loss", SEED_DELTA, "kl_mean_nats", "top1_agreement", "within_noise"]
@@ -68,7 +76,7 @@ def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -
     table = scheme_table(data.table("quant_summary"), seed)
     doc.add("figure", "quant_delta", F.FIGURES["quant_delta"])
     full = doc.full_table("quant-schemes", "Quantization: every scheme, smallest loss increase first", table)
-    doc.add("table", shown_rows(table, str(choice["scheme"]) if choice is not None else ""),
+    doc.add("table", without_empty_theirs(shown_rows(table, str(choice["scheme"]) if choice is not None else "")),
             "Per bit width the smallest and largest validation-loss increase over fp32, full validation split "
             "(the tied embedding stays fp32)", full)
     findings(doc, quant_findings(table, choice, floor_text))

@@ -8,7 +8,15 @@ from inferlab.report import figures as F
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
-from inferlab.report.sections.common import cell, compact, experiment, findings, missing_note, verdict
+from inferlab.report.sections.common import (
+    cell,
+    compact,
+    experiment,
+    findings,
+    missing_note,
+    verdict,
+    without_empty_theirs,
+)
 from inferlab.sampling.grid import GREEDY as GREEDY_CELL
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL
 from inferlab.sampling.summary_table import wide_summary
@@ -78,7 +86,8 @@ def sampling_findings(table: pd.DataFrame, chosen: str, default: pd.Series) -> l
         runner = sampled[sampled["cell"] != chosen].head(1)
         versus = (f", against {cell(runner, None, 'distance')} for the next closest, {runner['cell'].iloc[0]}"
                   if len(runner) else "")
-        greedy = (f", and {cell(table, at[GREEDY_CELL], 'distance')} for greedy" if GREEDY_CELL in at else "")
+        greedy = (f", and {cell(table, at[GREEDY_CELL], 'distance')} for greedy"
+                  if GREEDY_CELL in at and pd.notna(table.loc[at[GREEDY_CELL], "distance"].iloc[0]) else "")
         rank = ("the cell closest to human text" if sampled["cell"].iloc[0] == chosen
                 else "the rule's pick among cells tied with the closest within noise")
         sentences.append(f"The default {chosen} is {rank}: distance "
@@ -123,8 +132,9 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
     doc.add("figure", "sampling_repetition", F.FIGURES["sampling_repetition"])
     full = doc.full_table("sampling-cells", "Sampling: every cell's distribution, repetition and distance to human "
                           "text", readable(table), figure="sampling_heatmaps")
-    doc.add("table", readable(shown_rows(table, chosen)), "Cells against held-out human text (the 'human' row: "
-            "validation text scored the same way, not model output); closest to human text first", full)
+    doc.add("table", without_empty_theirs(readable(shown_rows(table, chosen))),
+            "Cells against held-out human text (the 'human' row: validation text scored the same way, not model "
+            "output); closest to human text first", full)
     findings(doc, sampling_findings(table, chosen, default))
     samples = data.table("sp_samples")
     if samples is not None and "text" in samples.columns:

@@ -82,10 +82,10 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
     full = doc.full_table("speculative-groups", "Speculative: every (engine, draft, k) group", summary)
     doc.add("table", table, "Per (draft, k): acceptance, yield against the formula, theory speedup with c by "
             "parameters, and the wall-clock speedup per engine", full)
+    findings(doc, speculative_findings(table, engines_in(summary)))
     if contended(data, "spec_summary"):
         doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; the wall-clock "
                 "speedups are not comparable with an idle run.")
-    findings(doc, speculative_findings(table, engines_in(summary)))
     sentence = identity_sentence(data.table("spec_identity"))
     if sentence:
         doc.add("p", sentence)
