@@ -16,6 +16,7 @@ from inferlab.report.render import FINDINGS_HEADING, Document, cells, headers, r
 from inferlab.report.stamp_reader import stamp_lines
 
 TEMPLATE = "report.html.j2"
+MAX_PAIRED_COLUMNS = 7  # a wider table keeps the full width: beside its findings it would scroll
 MAX_PAIRED_ASPECT = 3.0  # a wider figure (small multiples) keeps the full width instead of sitting beside text
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("inferlab.report", "templates"),
                           autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
@@ -80,7 +81,8 @@ def paired(views: list[dict]) -> list[dict]:
     the table beside its findings (reading order stays: question, prediction, figure, table, findings)."""
     out: list[dict] = []
     for v in views:
-        if v["kind"] == "findings" and out and out[-1]["kind"] == "table":
+        if (v["kind"] == "findings" and out and out[-1]["kind"] == "table"
+                and len(out[-1]["headers"]) <= MAX_PAIRED_COLUMNS):
             out.append({"kind": "pair", "left": [out.pop()], "right": [v], "wide": "left"})
         elif (v["kind"] == "figure" and v["aspect"] <= MAX_PAIRED_ASPECT and len(out) >= 2
               and out[-1]["kind"] == "prediction" and out[-2]["kind"] == "question"):
