@@ -66,6 +66,9 @@ def block_view(doc: Document, block: tuple) -> dict:
     if kind == "card":
         m, headline, stamps, change = block[1:]
         return {"kind": kind, **_milestone_view(m), "headline": headline, "stamp_line": stamps, "change": change}
+    if kind == "pair":  # (left blocks, right blocks): side by side on a wide screen
+        return {"kind": kind, "left": [block_view(doc, b) for b in block[1]],
+                "right": [block_view(doc, b) for b in block[2]], "wide": "left"}
     if kind == "findings":
         return {"kind": kind, "heading": FINDINGS_HEADING, "sentences": list(block[1])}
     return {"kind": kind, "text": block[1]}

@@ -39,6 +39,8 @@ def block_lines(doc: Document, block: tuple, figure_dir: str, appendix_dir: str)
         return [f"*{block[1]}*", ""]
     if kind == "warning":
         return [f"> **Warning:** {block[1]}", ""]
+    if kind == "pair":
+        return [line for b in (*block[1], *block[2]) for line in block_lines(doc, b, figure_dir, appendix_dir)]
     if kind == "findings":
         return [f"### {FINDINGS_HEADING}", "", *[f"{i}. {item}" for i, item in enumerate(block[1], 1)], ""]
     if kind == "table":

@@ -32,27 +32,31 @@ def model_rows(data: ReportInputs, seed: dict) -> list[dict]:
 def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
     doc.add("h2", "Setup: models and noise floor")
     rows = model_rows(data, seed)
+    left: list[tuple] = []
     if rows:
         full = doc.full_table("models", "The models: training and checkpoints", pd.DataFrame(rows).assign(
             precision=[m.get("precision") for m in data.metas.values()],
             train_seconds=[m.get("train_seconds") for m in data.metas.values()]))
-        doc.add("figure", "training_curves", F.FIGURES["training_curves"])
         doc.add("table", compact(pd.DataFrame(rows).drop(columns=["tokens seen"])),
                 "The three models (ours) with the seed page's parameter counts beside them", full)
         differences = [r for r in rows if r["difference"]]
         if differences:
-            doc.add("note", "; ".join(
+            left.append(("note", "; ".join(
                 f"{r['model']} has {r['params']:,} parameters against the seed page's "
                 f"{r['params, seed page (theirs)']:,}: a difference of {abs(r['difference']):,}" for r in differences)
                 + ". Ours is what this architecture gives; it is reported as measured, not adjusted. The seed page's "
                 f"target ended at validation loss {seed.get('model', {}).get('val_loss')} (their model, their machine, "
-                "their training budget).")
+                "their training budget)."))
+    curves = ("figure", "training_curves", F.FIGURES["training_curves"])
+    doc.add("pair", [*left, noise_floor_block(data, seed)], [curves])
+
+
+def noise_floor_block(data: ReportInputs, seed: dict) -> tuple:
     nf = data.table("noise_floor")
     if nf is None:
-        doc.add("p", "MISSING: results/noise_floor.parquet.")
-        return
+        return ("p", "MISSING: results/noise_floor.parquet.")
     snf = seed.get("noise_floor", {})
-    doc.add(
+    return (
         "p",
         f"Noise floor: {float(nf['floor'].iloc[0]):.4f} nats ({nf['floor_source'].iloc[0]}; measured "
         f"{nf['sigmas'].iloc[0]:g} σ = {float(nf['floor_measured'].iloc[0]):.4f} over {len(nf)} runs that differ "
