@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
+from inferlab.report.display import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO, per_engine
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
@@ -19,18 +20,16 @@ from inferlab.report.sections.common import (
     without_empty_theirs,
 )
 
-LENGTH = "generated tokens"
-FLOP = "FLOP estimate (×)"
-SEED_CPU = "CPU, seed page (theirs) (×)"
+LENGTH, FLOP, SEED_CPU = GENERATED_TOKENS, FLOP_ESTIMATE, SEED_CPU_RATIO
 FIT_TOLERANCE = 0.25  # the fit "explains" the measured ratio when it lands within 25% of it
 
 
 def ratio_column(engine: str) -> str:
-    return f"measured, {engine} (×)"
+    return per_engine("measured", engine)
 
 
 def fit_column(engine: str) -> str:
-    return f"fit predicts, {engine} (×)"
+    return per_engine("fit predicts", engine)
 
 
 def ratio_table(summary: pd.DataFrame, fit: pd.DataFrame | None, seed: dict) -> pd.DataFrame:

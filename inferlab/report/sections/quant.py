@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
+from inferlab.report.display import SEED_DELTA_LOSS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
@@ -18,7 +19,7 @@ from inferlab.report.sections.common import (
     without_empty_theirs,
 )
 
-SEED_DELTA = "Δ loss, seed page (theirs)"
+SEED_DELTA = SEED_DELTA_LOSS
 COLUMNS = ["scheme", "bits", "delta_loss", SEED_DELTA, "kl_mean_nats", "top1_agreement", "within_noise"]
 
 

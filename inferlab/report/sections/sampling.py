@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
+from inferlab.report.display import SEED_KEPT
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
@@ -21,7 +22,6 @@ from inferlab.sampling.grid import GREEDY as GREEDY_CELL
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL
 from inferlab.sampling.summary_table import wide_summary
 
-SEED_KEPT = "kept, seed page (theirs)"
 COLUMNS = ["cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"]
 NEAREST = 4  # cells shown after the default, closest to human text first
 ROW_NAMES = {GREEDY_CELL: "greedy (baseline)", HUMAN_CELL: "reference: validation text (human)"}

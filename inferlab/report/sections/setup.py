@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
+from inferlab.report.display import SEED_PARAMS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.render import Document
 from inferlab.report.sections.common import compact
@@ -18,13 +19,13 @@ def model_rows(data: ReportInputs, seed: dict) -> list[dict]:
         rows.append({
             "model": name,
             "params": meta.get("params"),
-            "params, seed page (theirs)": theirs,
+            SEED_PARAMS: theirs,
             "difference": (meta.get("params") - theirs) if theirs and meta.get("params") else None,
-            "val loss (full split, nats)": meta.get("val_loss"),
+            "val_loss": meta.get("val_loss"),
             "steps": meta.get("steps"),
-            "tokens seen": meta.get("tokens_seen"),
-            "tokens/s": meta.get("tokens_per_s"),
-            "weights sha256": str(meta.get("weights_sha256", ""))[:12] + "…",
+            "tokens_seen": meta.get("tokens_seen"),
+            "tokens_per_s": meta.get("tokens_per_s"),
+            "weights_sha256": str(meta.get("weights_sha256", ""))[:12] + "…",
         })
     return rows
 
@@ -37,13 +38,13 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
         full = doc.full_table("models", "The models: training and checkpoints", pd.DataFrame(rows).assign(
             precision=[m.get("precision") for m in data.metas.values()],
             train_seconds=[m.get("train_seconds") for m in data.metas.values()]))
-        doc.add("table", compact(pd.DataFrame(rows).drop(columns=["tokens seen"])),
+        doc.add("table", compact(pd.DataFrame(rows).drop(columns=["tokens_seen"])),
                 "The three models (ours) with the seed page's parameter counts beside them", full)
         differences = [r for r in rows if r["difference"]]
         if differences:
             left.append(("note", "; ".join(
                 f"{r['model']} has {r['params']:,} parameters against the seed page's "
-                f"{r['params, seed page (theirs)']:,}: a difference of {abs(r['difference']):,}" for r in differences)
+                f"{r[SEED_PARAMS]:,}: a difference of {abs(r['difference']):,}" for r in differences)
                 + ". Ours is what this architecture gives; it is reported as measured, not adjusted. The seed page's "
                 f"target ended at validation loss {seed.get('model', {}).get('val_loss')} (their model, their machine, "
                 "their training budget)."))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
+from inferlab.report.display import per_engine
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.render import Document
@@ -19,7 +20,7 @@ FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is
 
 
 def wall_column(engine: str) -> str:
-    return f"wall clock, {engine} (×)"
+    return per_engine("wall clock", engine)
 
 
 def group_table(summary: pd.DataFrame) -> pd.DataFrame:
