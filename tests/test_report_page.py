@@ -105,6 +105,16 @@ def test_the_first_finding_of_each_experiment_quotes_only_its_tables_numbers(rep
         quoted, table = _numbers(s["finding"]), set().union(*map(_numbers, s["cells"]))
         assert len(quoted) >= 2, s["finding"]
         assert quoted <= table, (s["title"], s["finding"], quoted - table)
+        assert not _numbers(s["finding"] + " and 12345.6 more") <= table  # a typed-in number would fail
+
+
+def test_body_tables_are_compact(report):
+    driver, _ = report
+    shapes = driver.execute_script(
+        f"return [...document.querySelectorAll('{EXPERIMENTS} .table-box table')]"
+        ".map(t => [t.querySelectorAll('tbody tr').length, t.querySelectorAll('thead th').length])")
+    assert len(shapes) == 4
+    assert all(rows <= 12 and columns <= 8 for rows, columns in shapes), shapes
 
 
 def test_the_appendix_holds_every_table_the_report_read_complete(report):
