@@ -57,10 +57,10 @@ def speculative_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
     fastest = table.loc[[table[wall_column(engines[-1])].idxmax()]]
     walls = " and ".join(f"{cell(fastest, None, wall_column(e))}× on {e}" for e in engines)
     same = (fastest["draft"].iloc[0], fastest["k"].iloc[0]) == (best["draft"].iloc[0], best["k"].iloc[0])
-    sentences.append(f"On the wall clock the fastest group is {fastest['draft'].iloc[0]} k = "
+    sentences.append(f"On the wall clock the fastest group on {engines[-1]} is {fastest['draft'].iloc[0]} k = "
                      f"{cell(fastest, None, 'k')}: {walls}, as a ratio to target-only sampling; "
-                     + ("the parameter count ranks the groups as the wall clock does." if same else
-                        "the parameter count does not predict it: a draft's forward does not cost in proportion "
+                     + ("it is also the best group by parameter cost." if same else
+                        "it is not the best group by parameter cost: a draft's forward does not cost in proportion "
                         "to its parameters here."))
     return sentences
 
