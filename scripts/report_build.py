@@ -31,6 +31,7 @@ paths = ReportPaths(
     precomputed_json=out.precomputed_json,
     workbench=out.workbench,
     figures=dict(zip(FIGURE_CATALOG, out.figures, strict=True)),
+    appendix=out.appendix,
     review=ReviewPaths(metrics=out.metrics, bundle=out.bundle, history=smk.params.history,
                        reference=smk.params.reference),
 )

@@ -208,3 +208,27 @@ def test_lineage_table_marks_old_code_changed_inputs_and_missing_lineage(tmp_pat
     source.write_bytes(b"v2")  # an input replaced behind the workflow's back
     table = lineage_table({"ok": {"lineage": record}}, {"quant_summary": "new"}, workdir=tmp_path)
     assert table["status"].tolist() == [STALE] and "results/in.parquet" in table["reason"].iloc[0]
+
+
+
+def test_a_template_edit_changes_the_hash_of_the_rules_that_load_it_only(tmp_path):
+    from inferlab.jobs.template_lineage import rule_code_sha256, template_hashes
+
+    root = _package(tmp_path)
+    _write(root, {"inferlab/report/templates/page.html.j2": "<p>{{ x }}</p>\n"})
+    report, job = root / "scripts/report_build.py", root / "scripts/job.py"
+    template = root / "inferlab/report/templates/page.html.j2"
+    assert template_hashes(import_closure(report, root), root) == {
+        "inferlab/report/templates/page.html.j2": lineage.file_sha256(template)}
+    # a rule without templates keeps exactly lineage's hash: adding template hashing reran nothing else
+    assert rule_code_sha256(job, root, compute=False) == code_sha256(job, root, compute=False)
+    before, job_before = rule_code_sha256(report, root, compute=False), rule_code_sha256(job, root, compute=False)
+    assert before != code_sha256(report, root, compute=False)
+    _edit(root, "inferlab/report/templates/page.html.j2", "<p>", "<p class=x>")
+    assert rule_code_sha256(report, root, compute=False) != before
+    assert rule_code_sha256(job, root, compute=False) == job_before
+
+
+def test_the_workflow_declares_the_template_aware_code_hash():
+    rules = (Path(__file__).resolve().parent.parent / "workflow/rules/common.smk").read_text(encoding="utf-8")
+    assert "rule_code_sha256(SCRIPTS_DIR" in rules

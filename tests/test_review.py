@@ -124,7 +124,7 @@ def test_the_bundle_holds_the_review_files_and_its_manifest_verifies(tmp_path):
         archive.extractall(unpacked)
     assert {"c13-report.html", "c13-report.md", "c13-inference.json", "precomputed.json", "sampling-workbench.html",
             "metrics.parquet", "config.json", "config.yaml", "changes.md", "MANIFEST.sha256",
-            "figures/changes_overlay.png"} <= names
+            "figures/changes_overlay.png", "appendix/sampling-cells.csv", "appendix/input-spec-identity.csv"} <= names
     check = subprocess.run(["sha256sum", "-c", "MANIFEST.sha256"], cwd=unpacked, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     (unpacked / "metrics.parquet").write_bytes(b"tampered")

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab.jobs.lineage import code_sha256
 from inferlab.jobs.tables import read_json, read_provenance
+from inferlab.jobs.template_lineage import rule_code_sha256
 from inferlab.review.ledger import list_runs
 from inferlab.review.staleness import CURRENT, STALE, lineage_table
 from tests.conftest import synthetic_corpus
@@ -313,7 +313,7 @@ def _current_code_hashes(workdir: Path) -> dict[str, str]:
     for rules in (ROOT / "workflow/rules").glob("*.smk"):
         text = rules.read_text(encoding="utf-8")
         for rule, script in re.findall(r"^rule (\w+):.*?code_hash\(\"(\w+)\"\)", text, re.S | re.M):
-            hashes[rule] = code_sha256(workdir / f"scripts/{script}.py", workdir, compute=script in compute)
+            hashes[rule] = rule_code_sha256(workdir / f"scripts/{script}.py", workdir, compute=script in compute)
     return hashes
 
 

@@ -1,6 +1,6 @@
-"""The whole report document: every section in order, and its figures.
+"""The whole report document: the opening, one section per experiment, provenance, the appendix.
 
-document.py defines the blocks and renders them to HTML and Markdown; sections*.py fill them.
+render.py defines the blocks; sections/*.py fill them; page_html.py and page_markdown.py render them.
 """
 
 from __future__ import annotations
@@ -9,14 +9,17 @@ from inferlab.report import figures as F
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
-from inferlab.report.render import Document, stamp_lines, to_html, to_markdown
-from inferlab.report.sections.common import status_table
+from inferlab.report.page_html import html_page as to_html
+from inferlab.report.page_markdown import markdown_page as to_markdown
+from inferlab.report.render import Document
+from inferlab.report.sections.common import appendix_of_inputs, status_table
 from inferlab.report.sections.kvcache import section_kvcache
-from inferlab.report.sections.provenance import section_provenance
+from inferlab.report.sections.provenance import section_provenance, tables_to_appendix
 from inferlab.report.sections.quant import section_quant
 from inferlab.report.sections.sampling import section_sampling
 from inferlab.report.sections.setup import section_setup
 from inferlab.report.sections.speculative import section_speculative
+from inferlab.report.stamp_reader import stamp_lines
 
 __all__ = ["build_document", "make_figures", "stamp_lines", "to_html", "to_markdown"]
 
@@ -31,10 +34,11 @@ def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
     doc.add("h1", "C13 inference lab: report")
     doc.add(
         "p",
-        "Four experiments from the C13 lab page, rerun by this workflow on our models and this machine. Every "
-        "conclusion carries four stamps: model, machine, repeat count and baseline. Columns marked "
-        "'seed page (theirs)' are the lab page's published figures from their model on their machine, "
-        "shown for comparison only; they are never pass/fail targets.",
+        "Four experiments from the C13 lab page, rerun by this workflow on our models and this machine, each as the "
+        "lab page tells it: the question, the prediction, one figure and one table, what to read from them, the "
+        "verdict. Every conclusion carries four stamps: model, machine, repeat count and baseline. Columns marked "
+        "'seed page (theirs)' are the lab page's published figures from their model on their machine, shown for "
+        "comparison only; they are never pass/fail targets. Every table is complete in the appendix.",
     )
     if review is None:
         doc.add("table", status_table(milestones), "Milestones")
@@ -47,7 +51,8 @@ def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
     section_quant(doc, data, by_id["M4"], seed)
     section_provenance(doc, run)
     if review is not None:
-        doc.blocks += review["provenance"]
+        doc.blocks += tables_to_appendix(doc, review["provenance"])
+    appendix_of_inputs(doc, data)
     doc.figures = make_figures(data)
     return doc
 
@@ -60,12 +65,13 @@ def make_figures(data: ReportInputs) -> dict[str, bytes]:
     return {
         "kvcache_ratio": F.kvcache_ratio(ratios, data.table("kv_fit"), seed),
         "sampling_heatmaps": F.sampling_heatmaps(data.table("sp_distribution")),
-        "sampling_repetition": F.sampling_repetition(data.table("sp_repetition"), seed),
+        "sampling_repetition": F.sampling_repetition(data.table("sp_repetition"), seed, data.table("sp_default")),
         "speculative_yield": F.speculative_yield(data.table("spec_summary")),
         "quant_delta": F.quant_delta(
             data.table("quant_summary"),
             float(nf["floor"].iloc[0]) if nf is not None else None,
             seed.get("noise_floor", {}).get("floor"),
+            seed.get("quantization", {}),
         ),
         "training_curves": F.training_curves(data.loss_curves),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from inferlab.report.assemble import build_document, stamp_lines, to_html, to_ma
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.checklist import check_all
 from inferlab.report.milestones.common import Milestone
+from inferlab.report.page_markdown import write_appendix
 from inferlab.report.stamp_reader import milestones_table
 from inferlab.report.workbench import grid_records, workbench_html
 from inferlab.review import runinfo
@@ -35,6 +37,7 @@ class ReportPaths:
     precomputed_json: str
     workbench: str
     figures: dict[str, str]  # stem -> path of the PNG (next to the Markdown, in figures/)
+    appendix: str | None = None  # the folder of the appendix tables as CSV; None: appendix/ next to the Markdown
     review: ReviewPaths | None = None  # metrics, bundle, ledger; None: none of them (unit tests)
 
 
@@ -107,9 +110,12 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         if paths.figures
         else "figures"
     )
+    appendix_dir = Path(paths.appendix) if paths.appendix else md_dir / "appendix"
+    write_appendix(doc, appendix_dir)
     Path(paths.html).parent.mkdir(parents=True, exist_ok=True)
     Path(paths.html).write_text(to_html(doc), encoding="utf-8")
-    Path(paths.markdown).write_text(to_markdown(doc, str(fig_rel)), encoding="utf-8")
+    Path(paths.markdown).write_text(to_markdown(doc, str(fig_rel), os.path.relpath(appendix_dir, md_dir)),
+                                    encoding="utf-8")
 
     prov = {"machine": machine, "config_sha256": run.get("config_sha256"), "model": milestones[0].stamps.get("model")}
     write_table(milestones_table(milestones), paths.milestones, provenance=prov)

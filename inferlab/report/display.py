@@ -62,8 +62,31 @@ DISPLAY_NAMES = {
     "noise_floor": "noise floor (nats)", "floor": "floor (nats)", "floor_fixed": "floor, fixed (nats)",
     "floor_measured": "floor, measured (nats)", "floor_reliable": "floor reliable",
     "floor_reliability_note": "floor reliability", "floor_source": "floor source", "loss": "loss (nats)",
-    "val_loss": "val loss (nats)",
+    "val_loss": "val loss (nats)", "tokens_seen": "tokens seen", "tokens_per_s": "tokens/s",
+    "weights_sha256": "weights sha256", "train_seconds": "train s",
 }
+
+# Columns the report computes for its compact tables (not in any Parquet table): their display names
+# are made here too, so every header the report shows comes from this module.
+THEIRS = "seed page (theirs)"  # the marker of a column holding the seed page's published value
+
+
+def theirs(label: str) -> str:
+    """The seed page's value of `label` (their model, their machine), shown beside ours."""
+    return f"{label}, {THEIRS}"
+
+
+def per_engine(label: str, engine: str, unit: str = "×") -> str:
+    """One engine's column of a quantity measured on every engine ('measured, eager (×)')."""
+    return f"{label}, {engine} ({unit})"
+
+
+GENERATED_TOKENS = "generated tokens"
+FLOP_ESTIMATE = "FLOP estimate (×)"
+SEED_CPU_RATIO = theirs("CPU") + " (×)"
+SEED_KEPT = theirs("kept")
+SEED_DELTA_LOSS = theirs("Δ loss")
+SEED_PARAMS = theirs("params")
 
 _UNIT_SUFFIXES = (("_ms", " (ms)"), ("_nats", " (nats)"), ("_bits", " (bits)"), ("_pct", " (%)"),
                   ("_GB_per_s", " (GB/s)"), ("_per_s", " per s"))

@@ -37,49 +37,52 @@ def placeholder(title: str, why: str) -> bytes:
     return to_png(fig)
 
 
+def legend_below(fig, axes, ncol: int = 3) -> None:
+    """One legend for all panels, below them: never over the data."""
+    handles, labels = {}, {}
+    for ax in np.atleast_1d(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+            labels[label] = label
+    fig.legend(list(handles.values()), list(labels), loc="outside lower center", ncol=ncol, fontsize=8,
+               frameon=False)
+
+
 def kvcache_ratio(ratios: pd.DataFrame | None, fit: pd.DataFrame | None, seed: dict) -> bytes:
-    """Measured ratio (median, min-max) against the fit's prediction and the FLOP estimate."""
+    """One panel per engine: measured ratio (median, min-max), the fit's prediction, the FLOP estimate,
+    and the seed page's CPU value as a marker on the seed-faithful (first) engine."""
     if ratios is None or ratios.empty:
         return placeholder(FIGURES["kvcache_ratio"], "results/kvcache/summary.parquet")
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for engine, block in _engine_blocks(ratios):
-        x = block["length"].to_numpy()
+    blocks = _engine_blocks(ratios)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(4.0 * len(blocks), 2.9), sharey=True, squeeze=False,
+                             layout="constrained")
+    kv = seed.get("kvcache", {})
+    flops = fit.sort_values("length").drop_duplicates("length") if fit is not None and "length" in fit else None
+    for i, (ax, (engine, block)) in enumerate(zip(axes[0], blocks, strict=True)):
+        name = engine.removeprefix(", ")
         y = block["ratio"].to_numpy()
         err = np.vstack([y - block["ratio_min"].fillna(block["ratio"]).to_numpy(),
                          block["ratio_max"].fillna(block["ratio"]).to_numpy() - y])
-        ax.errorbar(x, y, yerr=np.clip(err, 0, None), marker="o", capsize=3,
-                    label=f"measured{engine} (median, min-max)")
-    if fit is not None and "length" in fit.columns:
-        for engine, f in _engine_blocks(fit):
-            f = f.sort_values("length")
-            if "predicted_ratio" in f.columns:
-                ax.plot(f["length"], f["predicted_ratio"], "s--", label=f"predicted from fit a + b*positions{engine}")
-        f = fit.sort_values("length").drop_duplicates("length")  # the FLOP estimate does not depend on the engine
-        if "flop_estimate_ratio" in f.columns:
-            ax.plot(f["length"], f["flop_estimate_ratio"], "^:", label="FLOP estimate")
-    kv = seed.get("kvcache", {})
-    if kv.get("mps_ratio_min"):
-        ax.axhspan(
-            kv["mps_ratio_min"],
-            kv["mps_ratio_max"],
-            color="#ddd",
-            alpha=0.7,
-            label=f"seed page, their MPS: {kv['mps_ratio_min']}-{kv['mps_ratio_max']}x",
-        )
-    if kv.get("cpu_ratio_at_256"):
-        ax.plot(
-            [256],
-            [kv["cpu_ratio_at_256"]],
-            "x",
-            color="k",
-            label=f"seed page, their CPU at 256: {kv['cpu_ratio_at_256']}x",
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("generated tokens")
-    ax.set_ylabel("no-cache time / cache time")
-    ax.legend(fontsize=7)
-    ax.set_title(FIGURES["kvcache_ratio"], fontsize=10)
+        ax.errorbar(block["length"], y, yerr=np.clip(err, 0, None), marker="o", capsize=3, color="tab:blue",
+                    label="measured (median, min-max)")
+        if fit is not None and "predicted_ratio" in fit.columns:
+            f = fit[fit["engine"] == name].sort_values("length")
+            ax.plot(f["length"], f["predicted_ratio"], "s--", color="tab:orange", label="fit a + b·positions")
+        if flops is not None and "flop_estimate_ratio" in flops.columns:
+            ax.plot(flops["length"], flops["flop_estimate_ratio"], "^:", color="tab:grey", label="FLOP estimate")
+        # their CPU value sits at its own length, on the seed-faithful engine, when our lengths reach it
+        if i == 0 and kv.get("cpu_ratio_at_256") and kv.get("max_length", 256) in set(block["length"]):
+            ax.plot([kv.get("max_length", 256)], [kv["cpu_ratio_at_256"]], "X", color="k", markersize=8,
+                    label=f"seed page, their CPU ({kv['cpu_ratio_at_256']}×)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(block["length"], [str(v) for v in block["length"]])
+        ax.minorticks_off()
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("generated tokens")
+    axes[0][0].set_ylabel("no-cache / cache time (×)")
+    legend_below(fig, axes[0], ncol=4)
+    fig.suptitle(FIGURES["kvcache_ratio"], fontsize=10)
     return to_png(fig)
 
 
@@ -133,111 +136,100 @@ def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
     return w[w["cell"] == GREEDY_CELL], w[w["cell"] == HUMAN_CELL], w[~special]
 
 
-def sampling_repetition(rep: pd.DataFrame | None, seed: dict) -> bytes:
+def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFrame | None = None) -> bytes:
+    """Each cell's 4-gram repetition against its in-corpus 4-gram share, coloured by temperature; human
+    text, greedy and the chosen default marked: the default is the cell nearest the human point."""
     if rep is None or rep.empty:
         return placeholder(FIGURES["sampling_repetition"], "results/sampling/repetition.parquet")
     w = wide_summary(rep).reset_index()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     greedy, human, sampled = repetition_rows(w)
-    for ax, metric, label in (
-        (axes[0], "seq_rep_4", "seq-rep-4"),
-        (axes[1], "in_corpus_4gram_share", "in-corpus 4-gram share"),
-    ):
-        if metric not in w.columns:
-            ax.text(0.5, 0.5, f"no {metric}", ha="center")
-            continue
-        trunc = (
-            sampled["truncation"]
-            if "truncation" in sampled.columns
-            else np.where(sampled["min_p"] > 0, "min_p", "top_p")
-        )
-        for (kind, knob), g in sampled.assign(_k=trunc).groupby(
-            ["_k", np.where(np.asarray(trunc) == "min_p", sampled["min_p"], sampled["top_p"])]
-        ):
-            g = g.sort_values("temperature")
-            yerr = (
-                np.vstack([g[metric] - g[f"{metric}_ci_low"], g[f"{metric}_ci_high"] - g[metric]])
-                if f"{metric}_ci_low" in g.columns
-                else None
-            )
-            ax.errorbar(
-                g["temperature"],
-                g[metric],
-                yerr=yerr,
-                marker="o" if kind == "top_p" else "D",
-                linestyle="-" if kind == "top_p" else ":",
-                capsize=2,
-                label=f"{'top-p' if kind == 'top_p' else 'min-p'} {knob:g}",
-            )
-        if len(greedy):
-            ax.axhline(float(greedy[metric].iloc[0]), color="k", linestyle="--", label="greedy (ours)")
-        if len(human):
-            value = float(human[metric].iloc[0])
-            ax.axhline(value, color="tab:green", linestyle="-", linewidth=2, alpha=0.6,
-                       label="human reference (validation text)")
-            low, high = f"{metric}_ci_low", f"{metric}_ci_high"
-            if low in human.columns:
-                ax.axhspan(float(human[low].iloc[0]), float(human[high].iloc[0]), color="tab:green", alpha=0.12)
-        if metric == "seq_rep_4" and seed.get("sampling", {}).get("repetition_greedy") is not None:
-            ax.axhline(
-                seed["sampling"]["repetition_greedy"],
-                color="grey",
-                linestyle="-.",
-                label="greedy, seed page (their model)",
-            )
-        ax.set_xlabel("temperature")
-        ax.set_ylabel(label + " (mean, 95% CI)")
-        ax.legend(fontsize=6, ncol=2)
-    fig.suptitle(FIGURES["sampling_repetition"], fontsize=10)
+    fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
+    trunc = sampled["truncation"] if "truncation" in sampled.columns else np.where(sampled["min_p"] > 0, "min_p",
+                                                                                   "top_p")
+    scale = plt.Normalize(float(sampled["temperature"].min()), float(sampled["temperature"].max()) + 1e-9)
+    for kind, marker, label in (("top_p", "o", "top-p cells"), ("min_p", "D", "min-p cells")):
+        g = sampled[np.asarray(trunc) == kind]
+        if len(g):
+            points = ax.scatter(g["seq_rep_4"], g["in_corpus_4gram_share"], c=g["temperature"], cmap="viridis",
+                                norm=scale, marker=marker, s=28, label=label)
+    fig.colorbar(points, ax=ax, label="temperature", shrink=0.85)
+    if len(human):
+        ax.plot(human["seq_rep_4"], human["in_corpus_4gram_share"], "*", color="tab:red", markersize=14,
+                label="human text (validation)")
+    if len(greedy):
+        ax.plot(greedy["seq_rep_4"], greedy["in_corpus_4gram_share"], "kx", markersize=9, label="greedy (ours)")
+    if seed.get("sampling", {}).get("repetition_greedy") is not None:
+        ax.axvline(seed["sampling"]["repetition_greedy"], color="grey", linestyle="-.",
+                   label="greedy, seed page (theirs)")
+    if default is not None and len(default):
+        chosen = w[w["cell"] == str(default["cell"].iloc[0])]
+        if len(chosen):
+            ax.annotate(f"default {chosen['cell'].iloc[0]}", (chosen["seq_rep_4"].iloc[0],
+                        chosen["in_corpus_4gram_share"].iloc[0]), xytext=(12, -14), textcoords="offset points",
+                        fontsize=8, arrowprops={"arrowstyle": "->", "lw": 0.8})
+    ax.set_xlabel("4-gram repetition (share of repeated 4-grams)")
+    ax.set_ylabel("in-corpus 4-gram share")
+    fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    ax.set_title(FIGURES["sampling_repetition"], fontsize=10)
     return to_png(fig)
 
 
 def speculative_yield(summary: pd.DataFrame | None) -> bytes:
+    """Small multiples: the yield per target forward, measured against the formula (it does not depend on
+    the engine), then per engine the wall-clock speedup against the theory with c by parameters."""
     if summary is None or summary.empty:
         return placeholder(FIGURES["speculative_yield"], "results/speculative/summary.parquet")
-    # columns of speculative_bench.summarise
     measured, formula = "tokens_per_target_forward", "formula_tokens_per_target_forward"
-    speed, speed_p, wall = "speedup_theory_time", "speedup_theory_params", "wall_speedup"
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     blocks = _engine_blocks(summary)
-    for engine, rows in blocks:
+    fig, axes = plt.subplots(1, 1 + len(blocks), figsize=(3.4 * (1 + len(blocks)), 2.9), squeeze=False,
+                             layout="constrained")
+    colours = {d: f"C{i}" for i, d in enumerate(sorted(summary["draft"].unique()))}
+    for draft, g in blocks[0][1].groupby("draft"):
+        g = g.sort_values("k")
+        axes[0][0].plot(g["k"], g[measured], "o", color=colours[draft], label=f"{draft}: measured")
+        axes[0][0].plot(g["k"], g[formula], "--", color=colours[draft], label=f"{draft}: formula / theory")
+    axes[0][0].set_title("yield per round", fontsize=9)
+    axes[0][0].set_ylabel("tokens per target forward")
+    for ax, (engine, rows) in zip(axes[0][1:], blocks, strict=True):
         for draft, g in rows.groupby("draft"):
             g = g.sort_values("k")
-            if engine == blocks[0][0]:  # acceptance and yield do not depend on the engine: drawn once
-                axes[0].plot(g["k"], g[measured], "o-", label=f"{draft} measured")
-                axes[0].plot(g["k"], g[formula], "x--", label=f"{draft} formula E")
-            for col, style, name in (
-                (speed_p, "s:", "theory, c by params"),
-                (speed, "^--", "theory, c by time"),
-                (wall, "o-", "wall clock measured"),
-            ):
-                axes[1].plot(g["k"], g[col], style, label=f"{draft} {name}{engine}")
-    axes[0].set_xlabel("k (draft tokens per round)")
-    axes[0].set_ylabel("tokens per target forward")
-    axes[1].axhline(1.0, color="k", linewidth=0.8)
-    axes[1].set_xlabel("k")
-    axes[1].set_ylabel("speedup over plain target sampling")
-    for ax in axes:
-        ax.legend(fontsize=7)
+            ax.plot(g["k"], g["wall_speedup"], "o-", color=colours[draft], label=f"{draft}: measured")
+            ax.plot(g["k"], g["speedup_theory_params"], "--", color=colours[draft], label=f"{draft}: formula / theory")
+        ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_title(f"wall-clock speedup{engine} (×)", fontsize=9)
+    for ax in axes[0]:
+        ax.set_xlabel("k (drafted tokens per round)")
+        ax.set_xticks(sorted(summary["k"].unique()))
+    legend_below(fig, axes[0], ncol=4)
     fig.suptitle(FIGURES["speculative_yield"], fontsize=10)
     return to_png(fig)
 
 
-def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: float | None) -> bytes:
+def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: float | None,
+                seed_quant: dict | None = None) -> bytes:
     if summary is None or summary.empty:
         return placeholder(FIGURES["quant_delta"], "results/quant/summary.parquet")
-    scheme = "scheme"
-    s = summary.sort_values("delta_loss")
-    fig, ax = plt.subplots(figsize=(7, 0.28 * len(s) + 1.5))
-    colors = ["#2e8b57" if within else "#c0392b" for within in s["within_noise"].astype(bool)]
-    ax.barh(s[scheme].astype(str), s["delta_loss"], color=colors)
+    from matplotlib.patches import Patch
+
+    s = summary.sort_values("delta_loss", ascending=False)
+    fig, ax = plt.subplots(figsize=(6.4, 0.15 * len(s) + 1.4), layout="constrained")
+    within = s["within_noise"].astype(bool)
+    ax.barh(s["scheme"].astype(str), s["delta_loss"], color=np.where(within, "#2e8b57", "#c0392b"), height=0.7)
+    handles = [Patch(color="#2e8b57", label="within our noise floor"), Patch(color="#c0392b", label="above it")]
     if floor is not None:
-        ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our noise floor +/-{floor:.4f}")
+        handles.append(ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our floor ±{floor:.4f}"))
     if seed_floor is not None:
-        ax.axvline(seed_floor, color="grey", linestyle="--", label=f"seed page's floor {seed_floor} (their runs)")
+        handles.append(ax.axvline(seed_floor, color="grey", linestyle="--", label=f"seed page's floor {seed_floor}"))
+    theirs = {"int4_per_tensor_sym": (seed_quant or {}).get("int4_per_tensor_sym_delta"),
+              "int4_gptq": (seed_quant or {}).get("int4_gptq_delta")}
+    marks = [(scheme, value) for scheme, value in theirs.items() if value is not None and scheme in set(s["scheme"])]
+    if marks:
+        handles.append(ax.plot([v for _, v in marks], [k for k, _ in marks], "kD", markersize=5,
+                               label="seed page's Δ (theirs)")[0])
     ax.axvline(0, color="k", linewidth=0.8)
-    ax.set_xlabel("validation loss - fp32 validation loss")
-    ax.legend(fontsize=7)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlabel("validation loss − fp32 validation loss (nats)")
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     ax.set_title(FIGURES["quant_delta"], fontsize=10)
     return to_png(fig)
 
@@ -245,15 +237,16 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
 def training_curves(curves: dict[str, pd.DataFrame]) -> bytes:
     if not curves:
         return placeholder(FIGURES["training_curves"], "results/models/*/loss_curve.parquet")
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for name, c in curves.items():
+    fig, ax = plt.subplots(figsize=(6.4, 2.3))
+    for i, (name, c) in enumerate(curves.items()):
         x = c["tokens_seen"] if "tokens_seen" in c.columns else c["step"]
-        ax.plot(x, c["train_loss"], linewidth=0.8, label=f"{name} train")
+        ax.plot(x, c["train_loss"], linewidth=0.8, color=f"C{i}", label=name)
         if "val_loss_sample" in c.columns:
             v = c.dropna(subset=["val_loss_sample"])
-            ax.plot(x.loc[v.index], v["val_loss_sample"], "o", markersize=3, label=f"{name} val (sample)")
+            ax.plot(x.loc[v.index], v["val_loss_sample"], "o", markersize=3, color=f"C{i}")
+    ax.plot([], [], "o", color="grey", markersize=3, label="validation (sample)")
     ax.set_xlabel("tokens seen")
     ax.set_ylabel("loss (nats/token)")
-    ax.legend(fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(FIGURES["training_curves"], fontsize=10)
     return to_png(fig)

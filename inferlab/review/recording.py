@@ -51,6 +51,8 @@ def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Ch
     files = {Path(p).name: Path(p) for p in (paths.html, paths.markdown, paths.inference_json,
                                              paths.precomputed_json, paths.workbench)}
     files.update({f"figures/{Path(p).name}": Path(p) for p in paths.figures.values()})
+    appendix = Path(paths.appendix or Path(paths.markdown).parent / "appendix")
+    files.update({f"appendix/{p.name}": p for p in sorted(appendix.glob("*.csv"))})
     files.update({"metrics.parquet": Path(metrics_path), "config.json": work / "config.json",
                   "config.yaml": work / "config.yaml", "changes.md": work / "changes.md"})
     return files

@@ -13,7 +13,8 @@ from snakemake.utils import min_version, validate
 _CHECKOUT = str(Path(workflow.current_basedir).resolve().parents[1])
 if sys.path[:1] != [_CHECKOUT]:
     sys.path.insert(0, _CHECKOUT)
-from inferlab.jobs.lineage import code_sha256, load_parse_cache, save_parse_cache  # noqa: E402
+from inferlab.jobs.lineage import load_parse_cache, save_parse_cache  # noqa: E402
+from inferlab.jobs.template_lineage import rule_code_sha256  # noqa: E402
 
 min_version("9.0")
 
@@ -100,8 +101,9 @@ def corpus_source():
 
 # Code is part of the DAG: every rule has the param code_sha256=code_hash("<its script>"), the hash
 # of its script and the inferlab modules it imports (inferlab/jobs/lineage.py), so a semantic edit to
-# the package reruns exactly the rules whose code changed. Compute rules (their numbers depend on
-# the numeric stack) also hash the torch, numpy and Python versions.
+# the package reruns exactly the rules whose code changed; a rule whose modules load templates (the
+# report's Jinja2 layout) hashes those files too (inferlab/jobs/template_lineage.py). Compute rules
+# (their numbers depend on the numeric stack) also hash the torch, numpy and Python versions.
 SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
 COMPUTE_SCRIPTS = {"training_model", "kvcache_timing", "kvcache_steps", "kvcache_roofline_probe", "sampling_distribution",
                    "sampling_cell", "sampling_human", "speculative_group", "speculative_baseline", "quant_scheme"}
@@ -119,8 +121,8 @@ def save_code_parses():
 def code_hash(script):
     """code_sha256 of scripts/<script>.py: the param every rule declares."""
     if script not in _CODE_HASHES:
-        _CODE_HASHES[script] = code_sha256(SCRIPTS_DIR / f"{script}.py", workflow.basedir,
-                                           compute=script in COMPUTE_SCRIPTS)
+        _CODE_HASHES[script] = rule_code_sha256(SCRIPTS_DIR / f"{script}.py", workflow.basedir,
+                                                compute=script in COMPUTE_SCRIPTS)
     return _CODE_HASHES[script]
 
 

@@ -40,6 +40,7 @@ rule report:
         milestones="results/milestones.parquet",   # its rows are the first table of c13-report.html
         html=report("reports/c13-report.html", caption="../report/c13_report.rst", category="Report"),
         markdown="reports/c13-report.md",
+        appendix=directory("reports/appendix"),   # every full table as CSV, linked from the Markdown twin
         inference_json="reports/c13-inference.json",
         precomputed_json="reports/precomputed.json",
         workbench=report("reports/sampling-workbench.html", caption="../report/workbench.rst", category="Report"),

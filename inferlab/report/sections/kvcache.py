@@ -1,96 +1,105 @@
-"""Experiment 1's section: the KV cache against recomputation, the fit and the roofline."""
+"""Experiment 1's section: the KV cache against recomputation, per engine and generated length."""
 
 from __future__ import annotations
 
+import pandas as pd
+
 from inferlab.report import figures as F
+from inferlab.report.display import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO, per_engine
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import Milestone, contended
+from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
 from inferlab.report.render import Document
-from inferlab.report.sections.common import ENGINE_COLUMNS, add_table, missing_note, select_columns
+from inferlab.report.sections.common import (
+    cell,
+    compact,
+    experiment,
+    findings,
+    missing_note,
+    verdict,
+    without_empty_theirs,
+)
+
+LENGTH, FLOP, SEED_CPU = GENERATED_TOKENS, FLOP_ESTIMATE, SEED_CPU_RATIO
+FIT_TOLERANCE = 0.25  # the fit "explains" the measured ratio when it lands within 25% of it
+
+
+def ratio_column(engine: str) -> str:
+    return per_engine("measured", engine)
+
+
+def fit_column(engine: str) -> str:
+    return per_engine("fit predicts", engine)
+
+
+def ratio_table(summary: pd.DataFrame, fit: pd.DataFrame | None, seed: dict) -> pd.DataFrame:
+    """One row per generated length: measured ratio and the fit's prediction per engine, the FLOP estimate,
+    and the seed page's CPU ratio on its own length."""
+    ratios = kv_ratio_by_length(summary)
+    table = pd.DataFrame({LENGTH: sorted(ratios["length"].unique())})
+    for engine in engines_in(ratios):
+        by_length = ratios[ratios["engine"] == engine].set_index("length")["ratio"]
+        table[ratio_column(engine)] = table[LENGTH].map(by_length)
+    if fit is not None:
+        for engine in engines_in(fit):
+            by_length = fit[fit["engine"] == engine].set_index("length")["predicted_ratio"]
+            table[fit_column(engine)] = table[LENGTH].map(by_length)
+        table[FLOP] = table[LENGTH].map(fit.drop_duplicates("length").set_index("length")["flop_estimate_ratio"])
+    kv = seed.get("kvcache", {})
+    table[SEED_CPU] = [kv.get("cpu_ratio_at_256") if length == kv.get("max_length") else None
+                       for length in table[LENGTH]]
+    return compact(table)
+
+
+def kv_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
+    last, first = table[LENGTH] == table[LENGTH].max(), table[LENGTH] == table[LENGTH].min()
+    base = engines[0]
+    longest = cell(table, last, LENGTH)
+    others = "".join(f" and {cell(table, last, ratio_column(e))}× on {e}" for e in engines[1:])
+    sentences = [f"At {longest} generated tokens the cache is {cell(table, last, ratio_column(base))}× faster "
+                 f"than recomputing on {base}{others}"
+                 + (f", against the {cell(table, last, FLOP)}× the FLOP count predicts." if FLOP in table else ".")]
+    lo, hi = table.loc[first, ratio_column(base)].iloc[0], table.loc[last, ratio_column(base)].iloc[0]
+    trend = "rises" if hi > 1.1 * lo else "falls" if hi < lo / 1.1 else "stays about flat"
+    sentences.append(f"On {base} the ratio {trend} with length: {cell(table, first, ratio_column(base))}× at "
+                     f"{cell(table, first, LENGTH)} tokens, {cell(table, last, ratio_column(base))}× at {longest}.")
+    if fit_column(base) in table:
+        seed = table.loc[last, SEED_CPU].iloc[0]
+        measured, fitted = hi, table.loc[last, fit_column(base)].iloc[0]
+        flop = table.loc[last, FLOP].iloc[0] if FLOP in table else float("inf")
+        explains = abs(fitted - measured) <= FIT_TOLERANCE * measured and abs(fitted - measured) < abs(flop - measured)
+        lead = ("A fixed per-step cost explains the gap to the FLOP count" if explains
+                else "The step-time fit does not explain the gap either")
+        sentences.append(
+            f"{lead}: the fit a + b·positions of the step time "
+            f"predicts {cell(table, last, fit_column(base))}× at {longest} on {base}"
+            + (f"; the seed page's CPU measured {cell(table, last, SEED_CPU)}× (their model, their machine)."
+               if pd.notna(seed) else "."))
+    return sentences
 
 
 def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
-    doc.add("h2", "Experiment 1: KV cache against no cache")
-    kv = seed.get("kvcache", {})
     fit = data.table("kv_fit")
-    doc.add("h3", "Prediction (written before the measurement, from theory)")
     if fit is not None and "flop_estimate_ratio" in fit.columns:
-        pred = ", ".join(
-            f"{int(r.length)}: {r.flop_estimate_ratio:.1f}x" for r in fit.sort_values("length").itertuples()
-        )
-        doc.add(
-            "p",
-            "Lesson 1's FLOP count predicts these cache/no-cache ratios (no-cache FLOPs / cache FLOPs for the "
-            f"whole generation): {pred}. A roofline view predicts the same direction.",
-        )
+        pred = ", ".join(f"{int(r.length)} tokens: {r.flop_estimate_ratio:.1f}×"
+                         for r in fit.drop_duplicates("length").sort_values("length").itertuples())
+        prediction = (f"Lesson 1's FLOP count (no-cache FLOPs / cache FLOPs over the whole generation) predicts "
+                      f"{pred}: the cache turns quadratic work into linear work.")
     else:
-        doc.add("p", "MISSING: results/kvcache/fit.parquet (FLOP estimate).")
+        prediction = "MISSING: results/kvcache/fit.parquet (FLOP estimate)."
+    experiment(doc, "Experiment 1: KV cache against no cache",
+               "How many times faster does our model generate with a KV cache than without, and why?", prediction)
     if missing_note(doc, data, "kv_timings", "kv_summary"):
-        doc.add("milestone", m)
+        verdict(doc, m)
         return
-    ratios = kv_ratio_by_length(data.table("kv_summary"))
-    if int(ratios["length"].max()) >= kv.get("max_length", 256):
-        # their CPU number sits beside our eager (seed-faithful) row only
-        eager = ratios["engine"] == "eager"
-        ratios["ratio at 256, seed page (theirs, CPU)"] = [
-            kv.get("cpu_ratio_at_256") if int(v) == 256 and e else None
-            for v, e in zip(ratios["length"], eager, strict=True)
-        ]
-    doc.add("h3", "Measured")
-    doc.add(
-        "table",
-        ratios,
-        "Speed ratio no-cache / cache per engine and generated length (median of paired reps, min-max); "
-        "eager is the seed-faithful engine, compiled removes per-step overhead",
-    )
-    if contended(data, "kv_timings", "kv_summary", "kv_steps", "kv_profile"):
-        doc.add("note", "CONTENDED: other work loaded the machine while these timings ran (contended = True); "
-                "they are not comparable with an idle run.")
-    summ = data.table("kv_summary")
-    doc.add(
-        "table",
-        select_columns(
-            summ,
-            [
-                *ENGINE_COLUMNS,
-                "length",
-                "mode",
-                "reps",
-                "ms_per_token_median",
-                "ms_per_token_min",
-                "ms_per_token_max",
-                "total_ms_median",
-                "same_output_all",
-                "kv_bytes_per_token",
-                "device",
-                "threads",
-                "contended",
-            ],
-        ),
-        "Per-engine, per-mode timings (results/kvcache/summary.parquet)",
-    )
-    doc.add(
-        "note",
-        f"Seed page (their model, their machine): MPS {kv.get('mps_ratio_min')}-{kv.get('mps_ratio_max')}x "
-        f"flat with length; CPU {kv.get('cpu_ratio_shortest')}x rising to {kv.get('cpu_ratio_at_256')}x; "
-        f"cached step {kv.get('mps_cached_ms_per_token')} ms vs {kv.get('mps_uncached_ms_per_token_min')}-"
-        f"{kv.get('mps_uncached_ms_per_token_max')} ms uncached on MPS; {kv.get('kv_bytes_per_token')} "
-        "KV bytes per token.",
-    )
-    add_table(doc, fit, [*ENGINE_COLUMNS, "length", "a_ms", "b_ms_per_position", "a_cache_ms", "r2",
-                         "fixed_share_no_cache", "predicted_ratio", "prediction_error", "flop_estimate_ratio"],
-              "Fit of the no-cache step time as a + b*positions per engine, and the ratios it predicts")
-    prof = data.table("kv_profile")
-    add_table(doc, None if prof is None else prof.groupby("engine", sort=False).head(10),
-              [*ENGINE_COLUMNS, "rank", "op", "calls_per_step", "op_ms_per_step", "share_of_wall", "wall_ms",
-               "op_ms", "op_share"],
-              "torch.profiler on cached decode steps per engine: top operators and operator time vs wall time")
-    add_table(doc, data.table("roofline"),
-              ["subject", *ENGINE_COLUMNS, "model", "device", "context_tokens", "params", "bytes_per_token",
-               "kv_bytes_per_token", "memory_bound_ms_per_token", "compute_bound_ms_per_token",
-               "lower_bound_ms_per_token", "upper_bound_tokens_per_s", "limited_by", "measured_over_bound"],
-              "Roofline: the anchor (spec-sheet upper bound, not run) and our model on this machine (stamp below)")
+    table = ratio_table(data.table("kv_summary"), fit, seed)
     doc.add("figure", "kvcache_ratio", F.FIGURES["kvcache_ratio"])
-    doc.add("h3", "Verdict")
-    doc.add("milestone", m)
+    full = doc.full_table("kv-ratios", "KV cache: speed ratio per engine and length, with min-max over reruns",
+                          kv_ratio_by_length(data.table("kv_summary")))
+    doc.add("table", without_empty_theirs(table), "Speed ratio no-cache / cache time (median of paired reruns; "
+            "eager is the seed-faithful engine). The fit, profiler and roofline tables are in the appendix.", full)
+    findings(doc, kv_findings(table, engines_in(data.table("kv_summary"))))
+    if contended(data, "kv_timings", "kv_summary", "kv_steps", "kv_profile"):
+        doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; they are not comparable "
+                "with an idle run.")
+    verdict(doc, m)

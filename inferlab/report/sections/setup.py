@@ -1,92 +1,70 @@
-"""The setup section: corpus, models and the training-noise floor."""
+"""The setup section: the models and the training-noise floor (the corpus and the reruns in the appendix)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from inferlab.report import figures as F
+from inferlab.report.display import SEED_PARAMS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.render import Document
-from inferlab.report.sections.common import select_columns
+from inferlab.report.sections.common import compact
 
 
-def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
-    doc.add("h2", "Setup: corpus, models, noise floor")
-    stats = data.json.get("corpus_stats")
-    if stats:
-        rows = [{"quantity": k, "value": v} for k, v in stats.items()]
-        doc.add("table", pd.DataFrame(rows), "Corpus statistics (results/corpus/stats.json)")
-    else:
-        doc.add("p", "MISSING: results/corpus/stats.json.")
+def model_rows(data: ReportInputs, seed: dict) -> list[dict]:
     seed_params = {data.target: seed.get("model", {}).get("params"), **seed.get("speculative", {}).get("drafts", {})}
     rows = []
     for name, meta in data.metas.items():
         theirs = seed_params.get(name)
-        rows.append(
-            {
-                "model": name,
-                "params": meta.get("params"),
-                "params, seed page (theirs)": theirs,
-                "difference": (meta.get("params") - theirs) if theirs and meta.get("params") else None,
-                "val loss (full split)": meta.get("val_loss"),
-                "steps": meta.get("steps"),
-                "tokens seen": meta.get("tokens_seen"),
-                "train s": meta.get("train_seconds"),
-                "tokens/s": meta.get("tokens_per_s"),
-                "precision": meta.get("precision"),
-                "weights sha256": str(meta.get("weights_sha256", ""))[:16] + "…",
-            }
-        )
+        rows.append({
+            "model": name,
+            "params": meta.get("params"),
+            SEED_PARAMS: theirs,
+            "difference": (meta.get("params") - theirs) if theirs and meta.get("params") else None,
+            "val_loss": meta.get("val_loss"),
+            "steps": meta.get("steps"),
+            "tokens_seen": meta.get("tokens_seen"),
+            "tokens_per_s": meta.get("tokens_per_s"),
+            "weights_sha256": str(meta.get("weights_sha256", ""))[:12] + "…",
+        })
+    return rows
+
+
+def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
+    doc.add("h2", "Setup: models and noise floor")
+    rows = model_rows(data, seed)
+    left: list[tuple] = []
     if rows:
-        doc.add(
-            "table", pd.DataFrame(rows), "The three models (ours) with the seed page's parameter counts beside them"
-        )
-        for row in rows:
-            if row["difference"]:
-                doc.add(
-                    "note",
-                    f"{row['model']} has {row['params']:,} parameters against the seed page's "
-                    f"{row['params, seed page (theirs)']:,}: a difference of {abs(row['difference']):,}. "
-                    "Ours is what this architecture gives; it is reported as measured, not adjusted.",
-                )
-        doc.add(
-            "note",
-            f"The seed page's target ended at validation loss {seed.get('model', {}).get('val_loss')} "
-            "(their model, their machine, their training budget).",
-        )
-    doc.add("figure", "training_curves", F.FIGURES["training_curves"])
+        full = doc.full_table("models", "The models: training and checkpoints", pd.DataFrame(rows).assign(
+            precision=[m.get("precision") for m in data.metas.values()],
+            train_seconds=[m.get("train_seconds") for m in data.metas.values()]))
+        doc.add("table", compact(pd.DataFrame(rows).drop(columns=["tokens_seen"])),
+                "The three models (ours) with the seed page's parameter counts beside them", full)
+        differences = [r for r in rows if r["difference"]]
+        if differences:
+            left.append(("note", "; ".join(
+                f"{r['model']} has {r['params']:,} parameters against the seed page's "
+                f"{r[SEED_PARAMS]:,}: a difference of {abs(r['difference']):,}" for r in differences)
+                + ". Ours is what this architecture gives; it is reported as measured, not adjusted. The seed page's "
+                f"target ended at validation loss {seed.get('model', {}).get('val_loss')} (their model, their machine, "
+                "their training budget)."))
+    curves = ("figure", "training_curves", F.FIGURES["training_curves"])
+    doc.add("pair", [*left, noise_floor_block(data, seed)], [curves])
+
+
+def noise_floor_block(data: ReportInputs, seed: dict) -> tuple:
     nf = data.table("noise_floor")
-    if nf is not None:
-        t = select_columns(
-            nf,
-            [
-                "run",
-                "seed",
-                "val_loss",
-                "n_runs",
-                "std",
-                "range",
-                "sigmas",
-                "floor_measured",
-                "floor_fixed",
-                "floor_source",
-                "floor",
-                "floor_reliable",
-                "floor_reliability_note",
-            ],
-        ).copy()
-        t["floor, seed page (theirs)"] = seed.get("noise_floor", {}).get("floor")
-        doc.add("table", t, "Noise floor: final validation loss of reruns that differ only in seed")
-        snf = seed.get("noise_floor", {})
-        doc.add(
-            "p",
-            f"Our floor: {float(nf['floor'].iloc[0]):.4f} ({nf['floor_source'].iloc[0]}; measured "
-            f"{nf['sigmas'].iloc[0]:g} sigma = {float(nf['floor_measured'].iloc[0]):.4f} over {len(nf)} runs, "
-            f"std {float(nf['std'].iloc[0]):.4f}, range {float(nf['range'].iloc[0]):.4f}). The seed page's floor: "
-            f"{snf.get('floor')} ({snf.get('sigmas')} sigma over their {snf.get('runs')} runs, std {snf.get('std')}, "
-            f"range {snf.get('range')}; their model, their machine).",
-        )
-        if "floor_reliable" in nf.columns and not bool(nf["floor_reliable"].iloc[0]):
-            doc.add("note", f"Unreliable floor: {nf['floor_reliability_note'].iloc[0]}.")
-    else:
-        doc.add("p", "MISSING: results/noise_floor.parquet.")
+    if nf is None:
+        return ("p", "MISSING: results/noise_floor.parquet.")
+    snf = seed.get("noise_floor", {})
+    return (
+        "p",
+        f"Noise floor: {float(nf['floor'].iloc[0]):.4f} nats ({nf['floor_source'].iloc[0]}; measured "
+        f"{nf['sigmas'].iloc[0]:g} σ = {float(nf['floor_measured'].iloc[0]):.4f} over {len(nf)} runs that differ "
+        f"only in seed, std {float(nf['std'].iloc[0]):.4f}, range {float(nf['range'].iloc[0]):.4f}). The seed page's "
+        f"floor: {snf.get('floor')} ({snf.get('sigmas')} σ over their {snf.get('runs')} runs, std {snf.get('std')}, "
+        f"range {snf.get('range')}). A difference below the floor is not a finding. The reruns and the corpus "
+        "statistics are in the appendix."
+        + (f" Unreliable floor: {nf['floor_reliability_note'].iloc[0]}."
+           if "floor_reliable" in nf.columns and not bool(nf["floor_reliable"].iloc[0]) else ""),
+    )

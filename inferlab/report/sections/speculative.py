@@ -2,94 +2,92 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from inferlab.report import figures as F
+from inferlab.report.display import per_engine
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import Milestone, contended
+from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.render import Document
-from inferlab.report.sections.common import ENGINE_COLUMNS, missing_note, select_columns
+from inferlab.report.sections.common import cell, compact, experiment, findings, missing_note, verdict
+
+# measured on the first engine: acceptance and yield do not depend on the engine, only the wall clock does
+SHARED = ["draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
+          "speedup_theory_params"]
+
+
+FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is within 5% of it
+
+
+def wall_column(engine: str) -> str:
+    return per_engine("wall clock", engine)
+
+
+def group_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (draft, k): acceptance, yield against the formula, the theory speedup, the wall clock per engine."""
+    engines = engines_in(summary)
+    first = summary[summary["engine"] == engines[0]]
+    table = first[[c for c in SHARED if c in first.columns]].sort_values(["draft", "k"]).reset_index(drop=True)
+    for engine in engines:
+        wall = summary[summary["engine"] == engine].set_index(["draft", "k"])["wall_speedup"]
+        table[wall_column(engine)] = [wall.get((d, k)) for d, k in zip(table["draft"], table["k"], strict=True)]
+    return compact(table)
+
+
+def identity_sentence(ident: pd.DataFrame | None) -> str:
+    if ident is None or not len(ident):
+        return ""
+    groups = ident.groupby([c for c in ("engine", "draft", "k") if c in ident.columns]).ngroups
+    return (f"Greedy check: speculative output equals the target's own greedy decoding token for token in "
+            f"{int(ident['identical'].astype(bool).sum())} / {len(ident)} cases ({groups} groups).")
+
+
+def speculative_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
+    gap = (table["tokens_per_target_forward"] - table["formula_tokens_per_target_forward"]).abs()
+    worst = table.loc[[gap.idxmax()]]
+    close = bool(gap.max() <= FORMULA_TOLERANCE * worst["formula_tokens_per_target_forward"].iloc[0])
+    verb = "predicts" if close else "misses"
+    sentences = [f"The formula with the measured α {verb} the yield: the largest gap is at {worst['draft'].iloc[0]} "
+                 f"k = {cell(worst, None, 'k')}, {cell(worst, None, 'tokens_per_target_forward')} tokens per target "
+                 f"forward measured against {cell(worst, None, 'formula_tokens_per_target_forward')} from the formula."]
+    best = table.loc[[table["speedup_theory_params"].idxmax()]]
+    sentences.append(f"By parameter cost the best group is {best['draft'].iloc[0]} with k = {cell(best, None, 'k')}: "
+                     f"theory speedup {cell(best, None, 'speedup_theory_params')}×, at acceptance α = "
+                     f"{cell(best, None, 'alpha')}.")
+    fastest = table.loc[[table[wall_column(engines[-1])].idxmax()]]
+    walls = " and ".join(f"{cell(fastest, None, wall_column(e))}× on {e}" for e in engines)
+    same = (fastest["draft"].iloc[0], fastest["k"].iloc[0]) == (best["draft"].iloc[0], best["k"].iloc[0])
+    sentences.append(f"On the wall clock the fastest group on {engines[-1]} is {fastest['draft'].iloc[0]} k = "
+                     f"{cell(fastest, None, 'k')}: {walls}, as a ratio to target-only sampling; "
+                     + ("it is also the best group by parameter cost." if same else
+                        "it is not the best group by parameter cost: a draft's forward does not cost in proportion "
+                        "to its parameters here."))
+    return sentences
+
+
+PREDICTION = ("With acceptance rate α, one round of k draft tokens yields E = (1 − α^(k+1)) / (1 − α) tokens per "
+              "target forward; with a draft costing c target forwards the speedup is E / (k·c + 1). The measured yield "
+              "should match E, and the best k should be small when c is not tiny.")
 
 
 def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
-    doc.add("h2", "Experiment 3: speculative sampling")
-    doc.add("h3", "Prediction")
-    doc.add(
-        "p",
-        "With acceptance rate alpha, one round of k draft tokens yields E = (1 - alpha^(k+1)) / (1 - alpha) "
-        "tokens per target forward; with a draft costing c target forwards the speedup is E / (k c + 1). "
-        "The measured yield should match E, and the best k should be small when c is not tiny.",
-    )
+    experiment(doc, "Experiment 3: speculative sampling",
+               f"Which draft model and how many drafted tokens k make speculative sampling fastest for {data.target}, "
+               "and does the formula predict what one round yields?", PREDICTION)
     if missing_note(doc, data, "spec_summary"):
-        doc.add("milestone", m)
+        verdict(doc, m)
         return
-    s = data.table("spec_summary")
-    doc.add("h3", "Measured")
-    doc.add(
-        "table",
-        select_columns(
-            s,
-            [
-                *ENGINE_COLUMNS,
-                "draft",
-                "k",
-                "target_forwards",
-                "proposed",
-                "accepted",
-                "alpha",
-                "overlap_mean",
-                "tokens_per_target_forward",
-                "formula_tokens_per_target_forward",
-                "formula_rel_error",
-                "c_params",
-                "c_time",
-                "speedup_theory_params",
-                "speedup_theory_time",
-                "wall_speedup",
-                "wall_speedup_min",
-                "wall_speedup_max",
-                "contended",
-            ],
-        ),
-        "Per engine and group: acceptance, yield vs formula, c, theoretical and wall-clock speedup (against "
-        "target-only sampling on the same engine)",
-    )
+    summary = data.table("spec_summary")
+    table = group_table(summary)
+    doc.add("figure", "speculative_yield", F.FIGURES["speculative_yield"])
+    full = doc.full_table("speculative-groups", "Speculative: every (engine, draft, k) group", summary)
+    doc.add("table", table, "Per (draft, k): acceptance, yield against the formula, theory speedup with c by "
+            "parameters, and the wall-clock speedup per engine", full)
+    findings(doc, speculative_findings(table, engines_in(summary)))
     if contended(data, "spec_summary"):
         doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; the wall-clock "
                 "speedups are not comparable with an idle run.")
-    sp = seed.get("speculative", {})
-    doc.add(
-        "note",
-        f"Seed page (their model, their machine): formula within {sp.get('formula_max_rel_error'):.0%} "
-        f"of measured; best by parameter cost: {sp.get('best_by_params', {}).get('draft')} "
-        f"k={sp.get('best_by_params', {}).get('k')}; greedy identity {sp.get('greedy_identical')}; "
-        f"wall clock {sp.get('wall_clock')}.",
-    )
-    best = data.table("spec_best")
-    if best is not None and len(best):
-        doc.add(
-            "table",
-            select_columns(
-                best,
-                [
-                    "criterion",
-                    *ENGINE_COLUMNS,
-                    "overall_choice",
-                    "description",
-                    "draft",
-                    "k",
-                    "value",
-                    "runner_up_draft",
-                    "runner_up_k",
-                    "runner_up_value",
-                ],
-            ),
-            "Best group by each criterion, per engine (the first row, criterion 'chosen', is the one overall "
-            "choice; 'chosen_for_engine' is each engine's own pick)",
-        )
-    ident = data.table("spec_identity")
-    if ident is not None:
-        col = "identical"
-        agg = ident.groupby(["engine", "draft", "k"])[col].agg(identical="sum", cases="count").reset_index()
-        doc.add("table", agg, "Greedy speculative output vs target greedy, cases identical per group")
-    doc.add("figure", "speculative_yield", F.FIGURES["speculative_yield"])
-    doc.add("h3", "Verdict")
-    doc.add("milestone", m)
+    sentence = identity_sentence(data.table("spec_identity"))
+    if sentence:
+        doc.add("p", sentence)
+    verdict(doc, m)

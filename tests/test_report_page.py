@@ -1,0 +1,154 @@
+"""The report page in a real headless Chromium (the workbench test's driver), rendered from hand-made tables:
+layout at 1,400 and 390 px, alt text, one heading hierarchy, display names only in the body, findings whose
+numbers come from their table, an appendix holding every table complete, page breaks between experiments."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from inferlab.report.build import write_report
+from tests.test_report import MACHINE, _paths, full_data
+from tests.test_workbench import _driver
+
+pytestmark = pytest.mark.browser
+
+BODY_BUDGET_PX = 7200  # the body, before the appendix, in about 8 screens of 1,400 × 900
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+EXPERIMENTS = "section.experiment"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    data = full_data()
+    paths = _paths(tmp_path_factory.mktemp("report"))
+    write_report(data, paths, {"config_sha256": "0" * 64, "git_commit": "abc123", "git_dirty": False}, MACHINE)
+    driver, profile = _driver()
+    try:
+        driver.get(f"file://{paths.html}")
+        yield driver, data
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _at_width(driver, width: int) -> None:
+    """Resizes so that the page's own viewport (innerWidth) is `width` px."""
+    driver.set_window_size(width, 900)
+    inner = driver.execute_script("return window.innerWidth")
+    driver.set_window_size(2 * width - inner, 900)
+    assert driver.execute_script("return window.innerWidth") == width
+
+
+def _too_wide(driver) -> bool:
+    return driver.execute_script("return document.documentElement.scrollWidth > window.innerWidth")
+
+
+def test_no_element_makes_the_page_wider_than_the_window_at_1400_and_390(report):
+    driver, _ = report
+    driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")  # wide tables too
+    try:
+        for width in (1400, 390):
+            _at_width(driver, width)
+            assert not _too_wide(driver), (width, driver.execute_script(
+                "return document.documentElement.scrollWidth"))
+        # the measurement can fail: a table outside its scrolling box widens the page
+        driver.execute_script("var t = document.querySelector('.table-box table').cloneNode(true);"
+                              "t.id = 'loose'; t.style.width = '2000px'; document.body.appendChild(t)")
+        assert _too_wide(driver)
+    finally:
+        driver.execute_script("var t = document.getElementById('loose'); if (t) t.remove();"
+                              "document.querySelectorAll('details').forEach(d => d.open = false)")
+
+
+def test_the_body_fits_in_about_eight_screens_at_1400(report):
+    driver, _ = report
+    _at_width(driver, 1400)
+    top = driver.execute_script("return document.getElementById('appendix').getBoundingClientRect().top + scrollY")
+    assert 0 < top <= BODY_BUDGET_PX, top
+
+
+def test_every_figure_has_alt_text_and_the_headings_form_one_hierarchy(report):
+    driver, _ = report
+    alts = driver.execute_script("return [...document.images].map(i => i.getAttribute('alt') || '')")
+    assert alts and all(a.strip() for a in alts), alts
+    levels = driver.execute_script("return [...document.querySelectorAll('h1,h2,h3,h4,h5,h6')]"
+                                   ".map(h => +h.tagName[1])")
+    assert levels[0] == 1 and levels.count(1) == 1, levels
+    skips = [(a, b) for a, b in zip(levels, levels[1:], strict=False) if b > a + 1]
+    assert not skips, skips
+
+
+def test_body_tables_use_only_display_names(report):
+    driver, _ = report
+    headers = driver.execute_script("return [...document.querySelectorAll('th')]"
+                                    ".filter(th => !th.closest('#appendix')).map(th => th.textContent)")
+    assert len(headers) > 20
+    assert not [h for h in headers if "_" in h], [h for h in headers if "_" in h]
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in NUMBER.findall(text)}
+
+
+def test_the_first_finding_of_each_experiment_quotes_only_its_tables_numbers(report):
+    driver, _ = report
+    sections = driver.execute_script(
+        f"return [...document.querySelectorAll('{EXPERIMENTS}')].map(s => ({{"
+        "  title: s.querySelector('h2').textContent,"
+        "  finding: s.querySelector('ol.findings li').textContent,"
+        "  cells: [...s.querySelectorAll('.table-box td, .table-box th')].map(c => c.textContent)}))")
+    assert [s["title"].split(":")[0] for s in sections] == [f"Experiment {i}" for i in range(1, 5)]
+    for s in sections:
+        quoted, table = _numbers(s["finding"]), set().union(*map(_numbers, s["cells"]))
+        assert len(quoted) >= 2, s["finding"]
+        assert quoted <= table, (s["title"], s["finding"], quoted - table)
+        assert not _numbers(s["finding"] + " and 12345.6 more") <= table  # a typed-in number would fail
+
+
+def test_body_tables_are_compact(report):
+    driver, _ = report
+    shapes = driver.execute_script(
+        f"return [...document.querySelectorAll('{EXPERIMENTS} .table-box table')]"
+        ".map(t => [t.querySelectorAll('tbody tr').length, t.querySelectorAll('thead th').length])")
+    assert len(shapes) == 4
+    assert all(rows <= 12 and columns <= 8 for rows, columns in shapes), shapes
+
+
+def test_the_appendix_holds_every_table_the_report_read_complete(report):
+    driver, data = report
+    rows = driver.execute_script("return Object.fromEntries([...document.querySelectorAll('#appendix details')]"
+                                 ".map(d => [d.id, d.querySelectorAll('tbody tr').length]))")
+    for key, df in data.tables.items():
+        if df is not None:
+            assert rows.get(f"input-{key.replace('_', '-')}") == len(df), key
+    links = driver.execute_script("return [...document.querySelectorAll('a[data-open]')]"
+                                  ".map(a => [a.dataset.open, a.textContent])")
+    assert len(links) >= 5
+    for slug, label in links:
+        assert f"all {rows[slug]} row" in label, (slug, label)
+
+
+def test_a_link_opens_its_appendix_table(report):
+    driver, _ = report
+    link = driver.find_element("css selector", f"{EXPERIMENTS} a[data-open]")
+    target = link.get_attribute("data-open")
+    assert not driver.execute_script(f"return document.getElementById('{target}').open")
+    driver.execute_script("arguments[0].click()", link)
+    assert driver.execute_script(f"return document.getElementById('{target}').open")
+    driver.execute_script(f"document.getElementById('{target}').open = false")
+
+
+def test_printing_breaks_pages_between_experiments(report):
+    driver, _ = report
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        breaks = driver.execute_script(f"return [...document.querySelectorAll('{EXPERIMENTS}')]"
+                                       ".map(s => getComputedStyle(s).breakBefore)")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+    assert breaks == ["page"] * 4
+    assert driver.execute_script(f"return getComputedStyle(document.querySelector('{EXPERIMENTS}')).breakBefore") \
+        != "page"  # on screen, no break: the check sees the print rule
