@@ -254,3 +254,24 @@ def test_a_numeric_stack_upgrade_is_named_as_the_library(tmp_path, monkeypatch):
     d = verdicts.diff_metrics(old, new, old_record, new_record)
     cause = causes_of(d)[("models", "ref")]
     assert cause.startswith("library: ") and "→ 9.9.9" in cause, cause
+
+
+def _with_milestone(table: pd.DataFrame, status: str, machine: dict) -> pd.DataFrame:
+    row = {**_metric("milestones", "status", "M4", 1.0 if status == "pass" else 0.0, EXACT, "milestones/M4",
+                     machine), "text_value": status}
+    return pd.concat([table, pd.DataFrame([row])], ignore_index=True)
+
+
+@pytest.mark.parametrize(("new_status", "kind"), [("stale", CODE), ("fail", UNEXPLAINED)])
+def test_a_milestone_turned_stale_is_explained_by_the_staleness_check_and_any_other_flip_is_not(
+        tmp_path, new_status, kind):
+    """The report marks a milestone stale when its tables' code no longer is the checkout's: the tables
+    are the same in both runs, so nothing upstream differs, yet the cause is known. A pass → fail with
+    the same tables is still a determinism bug."""
+    old, record = make_run(tmp_path / "old")
+    machine = {**MACHINE_STAMP, "node": "vm"}
+    d = verdicts.diff_metrics(_with_milestone(old, "pass", machine), _with_milestone(old, new_status, machine),
+                              record, json.loads(json.dumps(record)))
+    row = d.set_index("metric").loc["status"]
+    assert row["verdict"] == verdicts.FLIPPED and row["cause_kind"] == kind
+    assert ("stale" in row["cause"]) == (kind == CODE)

@@ -666,3 +666,14 @@ def test_structured_repeat_stamps_read_as_words_not_json():
                                        "speed: 5 timed reruns")
     assert repeats_in_words({"windows": 8}) == "windows 8"
 
+
+
+def test_a_card_names_its_milestone_once():
+    from inferlab.report.milestones.common import Milestone
+    from inferlab.report.page_markdown import block_lines
+    from inferlab.report.render import Document
+
+    m = Milestone("M3", "M3 Speculative: chosen draft and k", "pass", "verdict")
+    assert m.name == "Speculative: chosen draft and k"
+    card = "\n".join(block_lines(Document("t"), ("card", m, "headline", "stamps", "change"), "figures", "appendix"))
+    assert card.count("M3") == 1, card

@@ -65,7 +65,8 @@ def block_view(doc: Document, block: tuple) -> dict:
         return {"kind": kind, **_milestone_view(block[1])}
     if kind == "card":
         m, headline, stamps, change = block[1:]
-        return {"kind": kind, **_milestone_view(m), "headline": headline, "stamp_line": stamps, "change": change}
+        return {"kind": kind, **_milestone_view(m), "title": m.name, "headline": headline, "stamp_line": stamps,
+                "change": change}
     if kind == "pair":  # (left blocks, right blocks): side by side on a wide screen
         return {"kind": kind, "left": [block_view(doc, b) for b in block[1]],
                 "right": [block_view(doc, b) for b in block[2]], "wide": "left"}

@@ -56,7 +56,7 @@ def block_lines(doc: Document, block: tuple, figure_dir: str, appendix_dir: str)
         return _milestone_lines(block[1])
     if kind == "card":
         m, headline, stamps, change = block[1:]
-        return [f"**{m.id} {m.status.upper()}**: {m.title}", "", headline, "", f"> {stamps}  ", f"> {change}", ""]
+        return [f"**{m.id} {m.status.upper()}**: {m.name}", "", headline, "", f"> {stamps}  ", f"> {change}", ""]
     raise ValueError(f"unknown block kind {kind!r}")
 
 

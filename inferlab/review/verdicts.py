@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from inferlab.review.attribution import (
+    CODE,
     CONTENDED,
     MACHINE,
     NOISE,
@@ -45,6 +46,7 @@ from inferlab.review.metrics import (
     REP_RANGE,
     identical,
 )
+from inferlab.review.staleness import STALE
 
 FLIPPED, CHANGED, ADDED, REMOVED = "flipped", "changed", "added", "removed"
 NOT_COMPARABLE, NO_NOISE, WITHIN, UNCHANGED = "not comparable", "no noise estimate", "within noise", "unchanged"
@@ -169,6 +171,18 @@ def needs_cause(row: pd.Series, verdict_: str) -> bool:
     return verdict_ in (FLIPPED, CHANGED, NOT_COMPARABLE) or (verdict_ not in (ADDED, REMOVED) and _differs(row))
 
 
+# A milestone turns stale when the code (or an input) its tables were made with is no longer the
+# checkout's. That is the cause whatever the walk over its tables finds: the tables may be the very
+# same files, and two runs' files differ in their stamps (times, load) even when every value agrees.
+STALE_CAUSE = ("milestone stale: its tables were made by other code or inputs than the checkout that "
+               "built the report (the report checks every table's lineage against the current code)")
+
+
+def _staleness_flip(row: pd.Series) -> bool:
+    texts = {str(row.get("text_value_old")), str(row.get("text_value_new"))}
+    return str(row.get("experiment")) == "milestones" and STALE in texts and len(texts) == 2
+
+
 def explain(row: pd.Series, verdict_: str, walk: Walk | None, old_record: dict | None,
             new_record: dict | None) -> list[Cause]:
     """The causes of one moved metric, most specific first (see inferlab.review.attribution)."""
@@ -184,6 +198,8 @@ def explain(row: pd.Series, verdict_: str, walk: Walk | None, old_record: dict |
         causes = setting + [c for c in (found or []) if c.kind != MACHINE or not moved]
         return causes or [Cause(NOISE, "nothing recorded differs (code, config, inputs, machine): load or noise "
                                        "beyond the rep range")]
+    if _staleness_flip(row):
+        return [Cause(CODE, STALE_CAUSE)]
     if found:
         return found
     if found is not None:

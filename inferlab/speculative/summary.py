@@ -108,6 +108,14 @@ BEST_CRITERIA = {
     "speedup_forward_model": "E t_target / (k t_draft + t_verify), measured forward times",
     "wall_speedup": "measured wall-clock speedup over target-only sampling (median of reruns)",
 }
+# how a reason sentence names each criterion (a reader of the report never sees the column name)
+CRITERION_NAMES = {
+    "tokens_per_target_forward": "yield",
+    "speedup_theory_params": "theoretical speedup with c by parameters",
+    "speedup_theory_time": "theoretical speedup with c by step time",
+    "speedup_forward_model": "forward-model speedup",
+    "wall_speedup": "wall-clock speedup",
+}
 # The choice for milestone M3: the theoretical speedup costed by measured forward time. It uses
 # the measured yield (via α) and this machine's real cost ratio, but unlike the wall clock it
 # does not move with a noisy rerun; the wall clock is quoted beside it as the check.
@@ -116,7 +124,7 @@ CHOICE_CRITERION = "speedup_theory_time"
 
 def _reason(row: pd.Series, criterion: str) -> str:
     # the value first, then its definition: "= x" after "c = ..." would read as the value of c
-    return (f"{row['draft']} k={int(row['k'])}: highest {criterion} = {row[criterion]:.3f} "
+    return (f"{row['draft']} k={int(row['k'])}: highest {CRITERION_NAMES[criterion]} = {row[criterion]:.3f} "
             f"({BEST_CRITERIA[criterion]}); "
             f"α {row['alpha']:.3f}, measured {row['tokens_per_target_forward']:.3f} tokens per target forward "
             f"(formula E {row['formula_tokens_per_target_forward']:.3f}), theoretical speedup "

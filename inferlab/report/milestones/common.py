@@ -31,6 +31,11 @@ class Milestone:
     problems: list[str] = field(default_factory=list)  # why a "fail" failed
     headline: str = ""  # one sentence: the key number beside the seed page's
 
+    @property
+    def name(self) -> str:
+        """The title without its leading id, where the id is printed beside it (the cards)."""
+        return self.title.removeprefix(f"{self.id} ")
+
 
 def bool_all(series: pd.Series) -> bool:
     return bool(series.astype(bool).all())
