@@ -211,6 +211,33 @@ def test_lineage_table_marks_old_code_changed_inputs_and_missing_lineage(tmp_pat
 
 
 
+def test_a_table_made_from_a_stale_upstream_table_is_stale_however_far_up(tmp_path):
+    """A summary reads no quantisation code: an upstream scheme table left from old quantisation
+    code (an edit, then --touch) must still make it, and the milestone it feeds, stale."""
+    def table(path: str, rule: str, inputs: list[str]) -> dict:
+        record = {"rule": rule, "code_sha256": f"{rule}-v1", "config_sha256": "c",
+                  "inputs_sha256": {i: lineage.file_sha256(tmp_path / i) for i in inputs}}
+        try:
+            lineage.set_job_lineage(record)
+            write_table(pd.DataFrame({"x": [1]}), tmp_path / path)
+        finally:
+            lineage.set_job_lineage(None)
+        return {"lineage": record}
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/corpus.txt").write_text("corpus", encoding="utf-8")  # no lineage: the chain ends here
+    table("results/scheme.parquet", "quant_scheme", ["data/corpus.txt"])
+    summary = table("results/summary.parquet", "quant_summary", ["results/scheme.parquet"])
+    code = {"quant_scheme": "quant_scheme-v1", "quant_summary": "quant_summary-v1"}
+    assert lineage_table({"summary": summary}, code, workdir=tmp_path)["status"].tolist() == [CURRENT]
+    stale = lineage_table({"summary": summary}, {**code, "quant_scheme": "quant_scheme-v2"}, workdir=tmp_path)
+    assert stale["status"].tolist() == [STALE]
+    assert stale["reason"].iloc[0] == ("input results/scheme.parquet is stale: code of rule quant_scheme "
+                                       "changed since this file was written")
+    # without a workdir nothing upstream can be read: only the table's own code is checked
+    assert lineage_table({"summary": summary}, {**code, "quant_scheme": "v2"})["status"].tolist() == [CURRENT]
+
+
 def test_a_template_edit_changes_the_hash_of_the_rules_that_load_it_only(tmp_path):
     from inferlab.jobs.template_lineage import rule_code_sha256, template_hashes
 

@@ -4,8 +4,10 @@ Each table (Parquet provenance) and each meta.json records `lineage` (inferlab.j
 the producing rule, its code_sha256, config_sha256 and the sha256 of the files it read. An input is
   - "current" when its recorded code hash equals the producing rule's current one and every
     recorded input file that is still on disk has the recorded content;
-  - "stale" when either differs: a file that was `--touch`ed after a code change, copied in by
-    hand, or produced by an older checkout;
+  - "stale" when either differs, or when an input it read is itself stale, however far upstream
+    (a summary reads no quantisation code, yet a `--touch`ed scheme table made by old quantisation
+    code makes it stale): a file that was `--touch`ed after a code change, copied in by hand, or
+    produced by an older checkout;
   - "no lineage" when it records none (written before lineage existed, or by hand).
 A milestone with a stale input is `stale`, never `pass`.
 """
@@ -18,29 +20,64 @@ from pathlib import Path
 import pandas as pd
 
 from inferlab.jobs.lineage import file_sha256
+from inferlab.jobs.tables import read_json, read_provenance
 
 CURRENT, STALE, NO_LINEAGE = "current", "stale", "no lineage"
 WEIGHTS_FILE = "model.safetensors"  # a checkpoint's weights, whose sha256 is its identity
 COLUMNS = ["path", "rule", "recorded_code_sha256", "current_code_sha256", "status", "reason"]
 
 
-def _check(lineage: Mapping, current_code: Mapping[str, str], workdir: Path | None,
-           hashes: dict[str, str]) -> tuple[str, str]:
-    rule = lineage.get("rule")
-    if rule not in current_code:
-        return STALE, f"rule {rule!r} is not in the current workflow"
-    if lineage.get("code_sha256") != current_code[rule]:
-        return STALE, f"code of rule {rule} changed since this file was written"
-    if workdir is not None:
+def _recorded_lineage(file: Path) -> Mapping | None:
+    """The lineage a workflow file records: a table's provenance, a checkpoint's meta.json (for its
+    weights too); None for a file without one (the corpus) or one that cannot be read."""
+    try:
+        if file.suffix == ".parquet":
+            recorded = read_provenance(file)
+        elif file.name in (WEIGHTS_FILE, "meta.json"):
+            recorded = read_json(file.with_name("meta.json"))
+        else:
+            return None
+    except (OSError, ValueError):
+        return None
+    lineage = recorded.get("lineage") if isinstance(recorded, Mapping) else None
+    return lineage if isinstance(lineage, Mapping) else None
+
+
+class _Chain:
+    """The check over one report's inputs and everything upstream of them, each file read once."""
+
+    def __init__(self, current_code: Mapping[str, str], workdir: Path | None):
+        self.current_code, self.workdir = current_code, workdir
+        self.hashes: dict[str, str] = {}
+        self.upstream: dict[str, tuple[str, str]] = {}
+
+    def check(self, lineage: Mapping) -> tuple[str, str]:
+        rule = lineage.get("rule")
+        if rule not in self.current_code:
+            return STALE, f"rule {rule!r} is not in the current workflow"
+        if lineage.get("code_sha256") != self.current_code[rule]:
+            return STALE, f"code of rule {rule} changed since this file was written"
+        if self.workdir is None:
+            return CURRENT, ""
         for path, recorded in (lineage.get("inputs_sha256") or {}).items():
-            file = workdir / path
+            file = self.workdir / path
             if not file.is_file():
                 continue
-            if path not in hashes:
-                hashes[path] = file_sha256(file)
-            if hashes[path] != recorded:
+            if path not in self.hashes:
+                self.hashes[path] = file_sha256(file)
+            if self.hashes[path] != recorded:
                 return STALE, f"input {path} changed since this file was written"
-    return CURRENT, ""
+            status, reason = self.check_upstream(path, file)
+            if status == STALE:
+                return STALE, f"input {path} is stale: {reason}"
+        return CURRENT, ""
+
+    def check_upstream(self, path: str, file: Path) -> tuple[str, str]:
+        if path not in self.upstream:
+            self.upstream[path] = CURRENT, ""  # a DAG has no cycles; this only guards the recursion
+            lineage = _recorded_lineage(file)
+            self.upstream[path] = self.check(lineage) if lineage is not None else (CURRENT, "")
+        return self.upstream[path]
 
 
 def lineage_table(provenance: Mapping[str, Mapping], current_code: Mapping[str, str],
@@ -50,17 +87,17 @@ def lineage_table(provenance: Mapping[str, Mapping], current_code: Mapping[str, 
     provenance: {input key or path: its recorded provenance}, i.e. a table's
         inferlab.jobs.tables.read_provenance(path) or a checkpoint's meta.json; both hold `lineage`.
     current_code: {rule: current code_sha256}, the report rule's `code_hashes` param.
-    workdir: when given, each recorded input sha256 is compared with that file there (if it exists).
+    workdir: when given, each recorded input sha256 is compared with that file there (if it exists),
+        and each such input's own lineage is checked the same way, up to the corpus.
     """
-    workdir = Path(workdir) if workdir is not None else None
-    hashes: dict[str, str] = {}
+    chain = _Chain(current_code, Path(workdir) if workdir is not None else None)
     rows = []
     for path, recorded in provenance.items():
         lineage = (recorded or {}).get("lineage")
         if not isinstance(lineage, Mapping):
             rows.append([path, None, None, None, NO_LINEAGE, "the file records no lineage"])
             continue
-        status, reason = _check(lineage, current_code, workdir, hashes)
+        status, reason = chain.check(lineage)
         rows.append([path, lineage.get("rule"), lineage.get("code_sha256"),
                      current_code.get(lineage.get("rule")), status, reason])
     return pd.DataFrame(rows, columns=COLUMNS)
