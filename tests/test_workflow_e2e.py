@@ -358,6 +358,7 @@ def test_outputs_touched_after_a_code_edit_make_their_milestone_stale(completed_
     assert status["M4"] == "stale" and "stale" not in set(status.drop("M4"))
     markdown = (workdir / "reports/c13-report.md").read_text(encoding="utf-8")
     assert "**M4 STALE**" in markdown
+    assert "is stale: code of rule quant_scheme changed" in markdown  # the verdict says why, in the body
     # the summary reads no quantisation code; the scheme tables it was made from are what went stale
     reasons = pd.read_csv(workdir / "reports/appendix/provenance-recorded-vs-current.csv")
     assert reasons["reason"].fillna("").str.contains("code of rule quant_scheme changed").any()

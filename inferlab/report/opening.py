@@ -74,8 +74,9 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
         if stale and m.status != MISSING:
             reasons = lineage.set_index("path").loc[stale, "reason"]
             m.problems.append("stale inputs: " + "; ".join(f"{k} ({r})" for k, r in reasons.items()))
-            m.verdict = (f"STALE: {', '.join(stale)} no longer match the current code or inputs; rebuild them "
-                         f"(the checks said {m.status}). " + m.verdict)
+            first, why = next(iter(reasons.items()))  # one reason in the body; all of them in the appendix
+            m.verdict = (f"STALE: {', '.join(stale)} no longer match the current code or inputs ({first}: {why}); "
+                         f"rebuild them (the checks said {m.status}). " + m.verdict)
             m.status = STALE_STATUS
             if getattr(m, "headline", ""):
                 m.headline = f"STALE (rebuild {', '.join(stale)}): {m.headline}"
