@@ -39,7 +39,7 @@ def lineage_key(path: str) -> str:
     return str(PurePosixPath(path).with_name(META_FILE)) if path.endswith(WEIGHTS_SUFFIX) else path
 
 
-def _recorded(path: Path) -> dict | None:
+def recorded_provenance(path: Path) -> dict | None:
     """The provenance a file records: a table's parquet metadata or a JSON file's top level (a
     checkpoint's meta.json). None for a file that records none (the corpus)."""
     if not path.is_file():
@@ -76,7 +76,7 @@ def walk_files(sources: Mapping[str, str], workdir: Path) -> dict[str, dict]:
         if path in seen:
             continue
         seen.add(path)
-        provenance = _recorded(workdir / path)
+        provenance = recorded_provenance(workdir / path)
         entry = _file_entry(provenance) if provenance else None
         if entry is None:
             continue

@@ -20,26 +20,18 @@ from pathlib import Path
 import pandas as pd
 
 from inferlab.jobs.lineage import file_sha256
-from inferlab.jobs.tables import read_json, read_provenance
+from inferlab.review.causes import lineage_key, recorded_provenance
 
 CURRENT, STALE, NO_LINEAGE = "current", "stale", "no lineage"
 WEIGHTS_FILE = "model.safetensors"  # a checkpoint's weights, whose sha256 is its identity
 COLUMNS = ["path", "rule", "recorded_code_sha256", "current_code_sha256", "status", "reason"]
 
 
-def _recorded_lineage(file: Path) -> Mapping | None:
-    """The lineage a workflow file records: a table's provenance, a checkpoint's meta.json (for its
-    weights too); None for a file without one (the corpus) or one that cannot be read."""
-    try:
-        if file.suffix == ".parquet":
-            recorded = read_provenance(file)
-        elif file.name in (WEIGHTS_FILE, "meta.json"):
-            recorded = read_json(file.with_name("meta.json"))
-        else:
-            return None
-    except (OSError, ValueError):
-        return None
-    lineage = recorded.get("lineage") if isinstance(recorded, Mapping) else None
+def _recorded_lineage(path: str, workdir: Path) -> Mapping | None:
+    """The lineage recorded for one input (a checkpoint's weights by the meta.json beside them);
+    None for a file without one (the corpus) or one that cannot be read."""
+    recorded = recorded_provenance(workdir / lineage_key(path))
+    lineage = (recorded or {}).get("lineage")
     return lineage if isinstance(lineage, Mapping) else None
 
 
@@ -67,15 +59,15 @@ class _Chain:
                 self.hashes[path] = file_sha256(file)
             if self.hashes[path] != recorded:
                 return STALE, f"input {path} changed since this file was written"
-            status, reason = self.check_upstream(path, file)
+            status, reason = self.check_upstream(path)
             if status == STALE:
                 return STALE, f"input {path} is stale: {reason}"
         return CURRENT, ""
 
-    def check_upstream(self, path: str, file: Path) -> tuple[str, str]:
+    def check_upstream(self, path: str) -> tuple[str, str]:
         if path not in self.upstream:
             self.upstream[path] = CURRENT, ""  # a DAG has no cycles; this only guards the recursion
-            lineage = _recorded_lineage(file)
+            lineage = _recorded_lineage(path, self.workdir)
             self.upstream[path] = self.check(lineage) if lineage is not None else (CURRENT, "")
         return self.upstream[path]
 
