@@ -37,8 +37,15 @@ from inferlab.core.model import GPT, apply_rope
 log = logging.getLogger(__name__)
 
 ENGINE_NAMES = ("eager", "compiled")
-# inductor options that were compared in tools/bench_engine.py; the plain compile won or tied.
-DEFAULT_INDUCTOR_OPTIONS: dict = {}
+# The compiled steps treat each model's weights as constants (inductor's "freezing", scoped to the
+# compiling call) so that inductor can prepack every projection for its C++ GEMM template, which
+# reads each packed weight panel once for all the rows of a forward; autotuning keeps ATen's GEMM
+# where that measures faster. Probe on a 2-core AMD EPYC (Zen 3, AVX2 only), ref_baseline's shape,
+# position 250, median ms per forward at 1/2/3/5/9 rows: the previous form (reductions up to 2 rows,
+# GEMM + SDPA beyond) 2.17/4.17/3.68/3.91/4.47; frozen C++ GEMM with masked attention
+# 1.15/1.66/1.80/2.36/2.67 (eager 3.16/4.04/4.37/4.89/6.10).
+DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+FREEZE_WEIGHTS = True
 
 
 class EagerSession:
@@ -87,12 +94,15 @@ class EagerEngine:
 
 # --------------------------------------------------------------------------- static forward
 
-# Up to this many rows (batch x tokens) a forward runs as reductions. Measured on ref_baseline,
-# compiled, 2 cores (ms per forward, reductions against GEMM): 1 row 1.4 against 2.3, 2 rows 2.3-3.2
-# against 3.8-4.1; from 4 rows GEMM wins (4.6 against 3.7-5.5, 9 rows 9.5 against 3.5-6.3),
-# because the reduction streams the weights once per row. Laying the product out (N, rows) to
-# reuse each weight row across rows made inductor emit a loop 10-20x slower.
-GEMV_MAX_ROWS = 2
+# Up to this many rows (batch x tokens) the projections run as reductions (gemv_linear). They
+# won against unfrozen GEMM at 1-2 rows (ms per forward on ref_baseline, 2 cores: 1 row 1.4 against
+# 2.3, 2 rows 2.3-3.2 against 3.8-4.1), but they hide the products from inductor, and frozen weights
+# with the C++ GEMM template beat them at every row count (DEFAULT_INDUCTOR_OPTIONS): 0, off.
+GEMV_MAX_ROWS = 0
+# Up to this many rows attention is masked products and sums over the whole buffer: SDPA's fixed
+# cost per call was larger at every row count of a decode step or a verification (k + 1 <= 9).
+# A prompt runs eagerly and keeps SDPA, where the products would materialise (T, S, head) per head.
+ATTENTION_REDUCTION_MAX_ROWS = 16
 
 
 def rows_times_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -142,16 +152,16 @@ def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
       1. this forward's keys/values are written at input_pos (index_copy_, in place);
       2. attention covers all S buffer slots, masking key positions beyond each query's
          position, so slots left from an earlier, rejected speculation are never seen;
-      3. for at most GEMV_MAX_ROWS rows (batch x tokens: the decode step, the draft's 2-token
-         catch-up, the k=1 verification), projections and attention are written as reductions
-         (gemv_linear, masked_attention), the form inductor compiles into bandwidth-bound loops.
-         More rows (wider verifications, a prompt, a large batch) keep GEMM and SDPA; a prompt
-         runs eagerly, where the reduction would materialise an (out, rows, in) product.
+      3. for at most ATTENTION_REDUCTION_MAX_ROWS rows (batch x tokens: the decode step, the
+         draft's catch-up, a verification), attention is written as masked products and sums
+         (masked_attention), which inductor fuses; a prompt keeps SDPA. Projections are
+         nn.Linear (GEMM), or reductions (gemv_linear) for at most GEMV_MAX_ROWS rows.
     Returns logits (B, T, V) float32.
     """
     B, T = idx.shape
     few_rows = B * T <= GEMV_MAX_ROWS
-    project, attend = (gemv_linear, masked_attention) if few_rows else (_module_call, _sdpa)
+    project = gemv_linear if few_rows else _module_call
+    attend = masked_attention if B * T <= ATTENTION_REDUCTION_MAX_ROWS else _sdpa
     cos, sin = model.rope_cos[input_pos], model.rope_sin[input_pos]
     key_pos = torch.arange(k_caches[0].size(2), device=idx.device)
     mask = key_pos[None, :] <= input_pos[:, None]  # (T, S)
@@ -227,16 +237,21 @@ class CompiledEngine:
     requested = "compiled"
     engine_fallback_reason = None
 
-    def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None):
+    def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None,
+                 freeze_weights: bool = FREEZE_WEIGHTS):
         self.token_counts = set(token_counts)
         self.options = dict(DEFAULT_INDUCTOR_OPTIONS if inductor_options is None else inductor_options)
+        self.freeze_weights = freeze_weights
         self.compile_ms: dict[str, float] = {}
         self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
                                        options=self.options or None)
         # graphs already compiled, per live model: an id() can be reused once its model is freed
         self._seen: weakref.WeakKeyDictionary[GPT, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
-        # the uncached baseline grows by one token per step: one graph with a symbolic length
-        self._full = torch.compile(full_forward, fullgraph=True, dynamic=True, options=self.options or None)
+        # each model's weights as its graphs froze them (versions and storage), to refuse stale ones
+        self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
+        # the uncached baseline grows by one token per step: one graph with a symbolic length, compiled
+        # plainly (autotuning and constants per length would cost minutes for a baseline)
+        self._full = torch.compile(full_forward, fullgraph=True, dynamic=True)
         # every (model, token count, batch) is its own graph: target + draft x {1, 2, k+1}
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
@@ -271,13 +286,28 @@ class CompiledEngine:
     def _timed_first_call(self, model: GPT, n_tokens: int) -> Callable:
         def run(model, idx, input_pos, k_caches, v_caches):
             if not self._first_call(model, (n_tokens, idx.size(0))):
+                self._check_weights(model)
                 return self._compiled(model, idx, input_pos, k_caches, v_caches)
+            self._check_weights(model)
             start = time.perf_counter()
-            out = self._compiled(model, idx, input_pos, k_caches, v_caches)
+            # dynamo reads the global flag when it traces: set only around this compiling call
+            with torch._inductor.config.patch(freezing=self.freeze_weights):
+                out = self._compiled(model, idx, input_pos, k_caches, v_caches)
             label = f"d{model.config.d_model}xL{model.config.n_layer}:T{n_tokens}:B{idx.size(0)}"
             self.compile_ms[label] = (time.perf_counter() - start) * 1e3
             return out
         return run
+
+    def _check_weights(self, model: GPT) -> None:
+        """Frozen graphs hold the weights they were compiled with: a model whose weights changed
+        since (an optimizer step, load_state_dict, an in-place edit) is refused, never run stale."""
+        if not self.freeze_weights:
+            return
+        now = tuple((p._version, p.data_ptr()) for p in model.parameters())
+        frozen = self._frozen.setdefault(model, now)
+        if frozen != now:
+            raise RuntimeError("this model's weights changed after the compiled engine froze them into its "
+                               "graphs; build a new engine (make_engine('compiled')) for the new weights")
 
     def _first_call(self, model: GPT, shape: tuple[int, int]) -> bool:
         """True once per (model, token count, batch): the call that compiles, timed apart."""
@@ -290,7 +320,8 @@ class CompiledEngine:
     def stamp(self) -> dict:
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.compile_ms.values())),
-                "compile_ms": dict(self.compile_ms), "inductor_options": self.options}
+                "compile_ms": dict(self.compile_ms), "inductor_options": self.options,
+                "frozen_weights": self.freeze_weights}
 
 
 Engine = EagerEngine | CompiledEngine
