@@ -44,7 +44,7 @@ ENGINE_NAMES = ("eager", "compiled")
 # position 250, median ms per forward at 1/2/3/5/9 rows: the previous form (reductions up to 2 rows,
 # GEMM + SDPA beyond) 2.17/4.17/3.68/3.91/4.47; frozen C++ GEMM with masked attention
 # 1.15/1.66/1.80/2.36/2.67 (eager 3.16/4.04/4.37/4.89/6.10).
-DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP"}
 FREEZE_WEIGHTS = True
 
 
