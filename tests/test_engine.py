@@ -6,6 +6,8 @@ every test, and the models are tiny (graphs are reused per (model, token count))
 
 from __future__ import annotations
 
+import copy
+
 import pandas as pd
 import pytest
 import torch
@@ -18,7 +20,7 @@ from inferlab.jobs.contention import contention_stamp, is_contended, load_snapsh
 from inferlab.kvcache.bench import time_generation
 from inferlab.speculative.decode import SamplingSettings, speculative_decode
 from inferlab.speculative.summary import best_groups_by_engine
-from tests.test_speculative import similar_pair
+from tests.test_speculative import chi_square, chi_square_limit, similar_pair, tiny_gpt
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,11 @@ def compiled():
 @pytest.fixture(scope="module")
 def pair():
     return similar_pair()
+
+
+@pytest.fixture(scope="module")
+def one_layer():
+    return tiny_gpt(32, 7, scale=1.0, block_scale=3.0)
 
 
 def test_compiled_greedy_generation_matches_eager(compiled, pair):
@@ -63,6 +70,96 @@ def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
             context = torch.tensor([seq[:n] + drafts])
             torch.testing.assert_close(entry["target_logits"], target(context)[0, n - 1:], atol=1e-4, rtol=1e-4)
     assert any(label.endswith(f":T{k + 1}:B1") for label in compiled.compile_ms), "verify step not compiled"
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
+def test_compiled_forward_equals_eager_near_both_ends_and_after_a_rewrite(compiled, one_layer, rows):
+    """Every row count a decode step or a verification uses, at positions from 0 and ending at the
+    last slot, and again after rewriting slots already written (a rollback): the compiled step's
+    logits equal an uncached eager forward of the true context. (One layer: each graph's C++
+    GEMM kernels take seconds to compile, and a second layer would test nothing new.)"""
+    target = one_layer
+    compiled.want_token_counts(rows)
+    S = target.config.max_seq_len
+    gen = torch.Generator().manual_seed(rows)
+    session = compiled.open(target)
+    with torch.no_grad():
+        for start in (0, S - rows):
+            ids = torch.randint(target.config.vocab_size, (1, start + rows), generator=gen)
+            if start:
+                session.forward(ids[:, :start], 0)
+            for attempt in range(2):  # the second writes other tokens over the same slots
+                got = session.forward(ids[:, start:], start)[0]
+                torch.testing.assert_close(got, target(ids)[0, start:], atol=1e-4, rtol=0)
+                ids = torch.cat([ids[:, :start], (ids[:, start:] + 1 + attempt) % target.config.vocab_size], 1)
+    assert any(label.endswith(f":T{rows}:B1") for label in compiled.compile_ms)
+
+
+def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
+    """A whole round as one graph: greedy speculative output equals target-only greedy decoding,
+    with rejections and full accepts both exercised, and the stamp shows the round's graph and the
+    C++ GEMM template in it (the kernels read from inductor's generated code)."""
+    target, draft = pair
+    for prompt in ([3, 1, 4], [7, 7, 0, 5, 9]):
+        reference = generate(target, torch.tensor([prompt]), 40).new_tokens(len(prompt))[0].tolist()
+        result = speculative_decode(target, draft, prompt, 40, 3, SamplingSettings(greedy=True), engine=compiled)
+        assert result.new_tokens(len(prompt)) == reference
+        assert 0 < result.stats.accepted < result.stats.proposed
+    kernels = compiled.stamp()["kernels"]
+    rounds = [label for label in kernels if label.startswith("round:") and label.endswith(":k3")]
+    assert rounds, f"no fused round was compiled: {sorted(kernels)}"
+    assert kernels[rounds[0]]["kernel_launches"] > 0 and kernels[rounds[0]]["cpp_gemm_template"] > 0
+
+
+def test_fused_round_emits_the_targets_joint_distribution(compiled, pair):
+    """The one-graph round keeps the exact rule: the first two emitted tokens (from accepted
+    drafts, a replacement after a rejection, or the bonus) follow the target's joint law."""
+    target, draft = pair
+    prompt = [3, 1]  # two tokens: the first round is already the fused one
+    vocab = target.config.vocab_size
+    with torch.no_grad():
+        first = torch.softmax(target(torch.tensor([prompt]))[0, -1], -1)
+        second = torch.softmax(target(torch.tensor([[*prompt, a] for a in range(vocab)]))[:, -1], -1)
+    joint = (first[:, None] * second).flatten()
+    gen = torch.Generator().manual_seed(4)
+    counts = torch.zeros(vocab * vocab)
+    for _ in range(3000):
+        a, b = speculative_decode(target, draft, prompt, 2, 3, SamplingSettings(), gen,
+                                  engine=compiled).new_tokens(2)
+        counts[a * vocab + b] += 1
+    stat, df = chi_square(counts, joint)
+    assert stat < chi_square_limit(df), (stat, df)
+
+
+def test_freezing_is_scoped_and_each_model_keeps_its_own_constants():
+    """Frozen weights are set only around a compiling call, and two models of one shape in one
+    process (both on one engine, and one again on a second engine) each run with their own weights."""
+    before = torch._inductor.config.freezing
+    model = tiny_gpt(32, 3)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.mul_(1.5)
+    ids = torch.tensor([[5, 2, 8]])
+    first, second = make_engine("compiled", check=False), make_engine("compiled", check=False)
+    for engine, each in ((first, model), (first, other), (second, other)):
+        session = engine.open(each)
+        session.forward(ids[:, :2], 0)
+        got = session.forward(ids[:, 2:], 2)[0]
+        with torch.no_grad():
+            torch.testing.assert_close(got, each(ids)[0, 2:], atol=1e-4, rtol=0)
+        assert torch._inductor.config.freezing == before
+    assert first.stamp()["frozen_weights"] is True and len(first.compile_ms) == 2
+
+
+def test_weights_changed_after_freezing_are_refused(compiled):
+    model = tiny_gpt(32, 4)
+    session = compiled.open(model)
+    session.forward(torch.tensor([[1]]), 0)
+    with torch.no_grad():
+        model.blocks[0].mlp.up.weight.add_(0.1)
+    with pytest.raises(RuntimeError, match="weights changed after the compiled engine froze them"):
+        session.forward(torch.tensor([[2]]), 1)
 
 
 def test_failed_compile_falls_back_and_stamps_eager(monkeypatch):

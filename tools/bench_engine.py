@@ -1,11 +1,21 @@
-"""Benchmark (not a test): ms per cached decode step, eager against compiled engine variants.
+"""Benchmark (not a test): ms per cached forward and per speculative round, eager against compiled variants.
 
-Usage: .venv/bin/python tools/bench_engine.py [--lengths 32 64 128 256] [--reps 30] [--variants ...]
+Usage: .venv/bin/python tools/bench_engine.py [--rows 1 2 3 5 9] [--reps 40] [--context 255]
+                                              [--variants ...] [--ks 2 4] [--csv out.csv]
 
-A random model of ref_baseline's shape (d_model 256, 4 layers, vocab 2112) is enough: the
-time of a step does not depend on the weights. For each length the cache holds length-1
-tokens and the step decodes the last one. Variants are interleaved rep by rep, so a busy
-neighbour slows all of them alike; quote the same-run ratios to eager, not the milliseconds.
+Random models of the lab's three shapes (ref_baseline d256, c1_dim128, c1_dim64; 4 layers,
+vocab 2112) are enough: a forward's time does not depend on the weights. Each forward runs at
+position `context` with the cache filled before it. Variants are interleaved rep by rep, so a
+busy neighbour slows all of them alike; quote same-run ratios, medians and minima.
+
+Variants of the forward (the compiled ones record what inductor generated, so a variant that
+did not reach inductor's C++ GEMM template shows 0 template kernels):
+- eager: GPT.forward with the growing cache;
+- reductions: the previous compiled engine's projections (<= 2 rows as reductions, MKL GEMM
+  beyond), weights as graph inputs (not frozen), today's masked attention;
+- frozen_gemm: today's compiled engine, weights frozen, the C++ GEMM template for every row count.
+Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
+compiled steps (reference) and as one graph (fused), and the fused target-only step beside them.
 """
 
 from __future__ import annotations
@@ -14,62 +24,126 @@ import argparse
 import statistics
 import time
 
+import pandas as pd
 import torch
 
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import make_engine
+from inferlab.core.engine import EagerEngine, make_engine
 from inferlab.core.model import GPT
+from inferlab.speculative.decode import SamplingSettings, speculative_decode
 
+MODELS = {"ref_baseline": 256, "c1_dim128": 128, "c1_dim64": 64}
 VARIANTS = {
     "eager": ("eager", {}),
-    "compiled": ("compiled", {}),
-    "cpp_wrapper": ("compiled", {"cpp_wrapper": True}),
-    "freezing": ("compiled", {"freezing": True}),
-    "max_autotune": ("compiled", {"max_autotune": True}),
+    "reductions": ("compiled", {"inductor_options": {}, "freeze_weights": False, "gemv_max_rows": 2}),
+    "frozen_gemm": ("compiled", {}),
 }
+
+
+def build_engine(variant: str):
+    name, options = VARIANTS[variant]
+    return make_engine(name, check=False, **options)
+
+
+def forward_table(models: dict[str, GPT], variants: list[str], rows: list[int], context: int,
+                  reps: int) -> pd.DataFrame:
+    engines = {v: build_engine(v) for v in variants}
+    records = []
+    for model_name, model in models.items():
+        ids = torch.randint(model.config.vocab_size, (1, context + max(rows)))
+        for n in rows:
+            sessions = {}
+            for variant, engine in engines.items():
+                engine.want_token_counts(n)
+                session = engine.open(model, 1, context + n)
+                session.forward(ids[:, :context], 0)
+                start = time.perf_counter()
+                session.forward(ids[:, context:context + n], context)  # compiles on first use
+                sessions[variant] = (session, (time.perf_counter() - start) * 1e3)
+            times: dict[str, list[float]] = {v: [] for v in sessions}
+            for _ in range(reps):
+                for variant, (session, _) in sessions.items():
+                    start = time.perf_counter()
+                    session.forward(ids[:, context:context + n], context)
+                    times[variant].append((time.perf_counter() - start) * 1e3)
+            for variant, values in times.items():
+                kernels = engines[variant].stamp().get("kernels", {})
+                launched = [v for label, v in kernels.items() if label.endswith(f":T{n}:B1")]
+                records.append({"model": model_name, "rows": n, "variant": variant,
+                                "median_ms": statistics.median(values), "min_ms": min(values),
+                                "first_call_ms": sessions[variant][1],
+                                "kernel_launches": launched[-1]["kernel_launches"] if launched else None,
+                                "cpp_gemm_template": launched[-1]["cpp_gemm_template"] if launched else None,
+                                "aten_calls": launched[-1]["aten_calls"] if launched else None})
+                sessions[variant][0].close()
+            print(pd.DataFrame(records[-len(times):]).to_string(index=False), flush=True)
+    return pd.DataFrame(records)
+
+
+def round_table(models: dict[str, GPT], ks: list[int], reps: int, new_tokens: int = 48) -> pd.DataFrame:
+    """ms per emitted token of greedy speculative decoding (a draft equal to nothing in
+    particular: random weights, so rounds end early) and of target-only decoding."""
+    from inferlab.speculative.decode import autoregressive_decode
+    target = models["ref_baseline"]
+    prompt = list(range(1, 9))
+    eager, compiled = EagerEngine(), make_engine("compiled", check=False)
+    records = []
+    for draft_name in ("c1_dim64", "c1_dim128"):
+        draft = models[draft_name]
+        for k in ks:
+            cases = {"eager reference": (eager, {}), "compiled reference": (compiled, {"trace": []}),
+                     "compiled fused": (compiled, {})}
+            times: dict[str, list[float]] = {c: [] for c in cases}
+            for rep in range(reps + 1):
+                for case, (engine, extra) in cases.items():
+                    start = time.perf_counter()
+                    result = speculative_decode(target, draft, prompt, new_tokens, k, SamplingSettings(),
+                                                torch.Generator().manual_seed(rep), engine=engine,
+                                                **({"trace": []} if extra else {}))
+                    if rep:  # rep 0 compiles
+                        times[case].append((time.perf_counter() - start) * 1e3 / new_tokens)
+            for case, values in times.items():
+                records.append({"draft": draft_name, "k": k, "case": case, "rounds": result.stats.rounds,
+                                "median_ms_per_token": statistics.median(values), "min_ms_per_token": min(values)})
+    for engine_name, engine in (("eager", eager), ("compiled fused", compiled)):
+        values = []
+        for rep in range(reps + 1):
+            start = time.perf_counter()
+            autoregressive_decode(target, prompt, new_tokens, SamplingSettings(), torch.Generator().manual_seed(rep),
+                                  engine=engine)
+            if rep:
+                values.append((time.perf_counter() - start) * 1e3 / new_tokens)
+        records.append({"draft": "none (target only)", "k": 0, "case": engine_name, "rounds": new_tokens,
+                        "median_ms_per_token": statistics.median(values), "min_ms_per_token": min(values)})
+    table = pd.DataFrame(records)
+    print(table.to_string(index=False), flush=True)
+    print("compile ms:", {k: round(v) for k, v in compiled.compile_ms.items()})
+    print("kernels:", compiled.kernels)
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
-    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 5, 9])
+    parser.add_argument("--reps", type=int, default=40)
+    parser.add_argument("--context", type=int, default=255)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--ks", type=int, nargs="*", default=[2, 4])
+    parser.add_argument("--round-reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--csv", help="write the forward table here (and the round table beside it)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = GPT(GPTConfig(d_model=256, n_layer=4, vocab_size=2112)).eval()
-    engines = {}
-    for label in args.variants:
-        name, options = VARIANTS[label]
-        engines[label] = make_engine(name, check=False, **({"inductor_options": options} if options else {}))
-    ids = torch.randint(model.config.vocab_size, (1, max(args.lengths)))
-    print(f"threads={torch.get_num_threads()} reps={args.reps}")
-    for length in args.lengths:
-        sessions = {}
-        for label, engine in engines.items():
-            session = engine.open(model, 1, length)
-            if length > 1:
-                session.forward(ids[:, : length - 1], 0)
-            start = time.perf_counter()
-            session.forward(ids[:, length - 1: length], length - 1)  # compiles on first use
-            first_ms = (time.perf_counter() - start) * 1e3
-            sessions[label] = (session, first_ms)
-        times: dict[str, list[float]] = {label: [] for label in sessions}
-        for _ in range(args.reps):
-            for label, (session, _) in sessions.items():
-                start = time.perf_counter()
-                session.forward(ids[:, length - 1: length], length - 1)
-                times[label].append((time.perf_counter() - start) * 1e3)
-        eager = times.get("eager", [float("nan")])
-        for label, values in times.items():
-            median = statistics.median(values)
-            # under contention the median measures the neighbours; the min is the closest to the step's cost
-            print(f"len={length:4d} {label:13s} median {median:7.3f} ms  min {min(values):7.3f}  "
-                  f"eager/this median {statistics.median(eager) / median:5.2f}x  min {min(eager) / min(values):5.2f}x  "
-                  f"first call {sessions[label][1]:8.0f} ms")
-        for session, _ in sessions.values():
-            session.close()
+    models = {name: GPT(GPTConfig(d_model=MODELS[name], n_layer=4, vocab_size=2112)).eval() for name in MODELS}
+    print(f"threads={torch.get_num_threads()} reps={args.reps} context={args.context}")
+    forwards = forward_table({m: models[m] for m in args.models}, args.variants, args.rows, args.context, args.reps)
+    rounds = round_table(models, args.ks, args.round_reps) if args.ks else pd.DataFrame()
+    if args.csv:
+        forwards.to_csv(args.csv, index=False)
+        if len(rounds):
+            rounds.to_csv(args.csv.replace(".csv", "-rounds.csv"), index=False)
 
 
 if __name__ == "__main__":

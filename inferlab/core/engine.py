@@ -7,16 +7,18 @@
   the WHOLE buffer under a mask ``key_pos <= query_pos``, so no shape depends on the position
   and ``torch.compile(fullgraph=True, dynamic=False)`` compiles each token count once. The
   position travels as a tensor, so a new position is new data, not a recompile. Forwards of
-  the token counts in ``token_counts`` (1, the decode step, by default; speculative decoding
-  adds its (k+1)-token verification and the draft's 2-token catch-up) run compiled; any
-  other length (the prefill) runs the same code eagerly, since each compile costs seconds.
+  the token counts in ``token_counts`` (1, the decode step, by default) run compiled; any other
+  length (the prefill) runs the same code eagerly, since each compile costs seconds. Each
+  model's weights are frozen into its graphs, and ``CompiledEngine.call`` compiles any other
+  function of models and tensors the same way: a whole speculative round, or a sampled step
+  (inferlab.speculative.fused).
 
 Both keep the rollback rule of ``inferlab.core.model.KVCache``: there is no stored length, the
 caller's positions say which prefix is valid, so a rejected speculation is overwritten later.
 
 A session (``engine.open(model, batch)``) owns one model's cache; ``session.forward(tokens,
-start)`` returns logits (B, T, V). Compile time is measured per (model, token count) on the
-first call and kept in ``engine.compile_ms``, apart from any per-token timing. When
+start)`` returns logits (B, T, V). Every call that compiles is timed into ``engine.compile_ms``
+and its generated kernels counted into ``engine.kernels``, apart from any per-token timing. When
 compilation fails, ``make_engine`` logs why and returns the eager engine with
 ``engine_fallback_reason`` set, so a table never reports eager numbers as compiled.
 """
@@ -24,28 +26,65 @@ compilation fails, ``make_engine`` logs why and returns the eager engine with
 from __future__ import annotations
 
 import logging
+import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._inductor.codecache import PyCodeCache
 
 from inferlab.core.model import GPT, apply_rope
 
 log = logging.getLogger(__name__)
 
 ENGINE_NAMES = ("eager", "compiled")
-# The compiled steps treat each model's weights as constants (inductor's "freezing", scoped to the
-# compiling call) so that inductor can prepack every projection for its C++ GEMM template, which
-# reads each packed weight panel once for all the rows of a forward; autotuning keeps ATen's GEMM
-# where that measures faster. Probe on a 2-core AMD EPYC (Zen 3, AVX2 only), ref_baseline's shape,
-# position 250, median ms per forward at 1/2/3/5/9 rows: the previous form (reductions up to 2 rows,
-# GEMM + SDPA beyond) 2.17/4.17/3.68/3.91/4.47; frozen C++ GEMM with masked attention
-# 1.15/1.66/1.80/2.36/2.67 (eager 3.16/4.04/4.37/4.89/6.10).
+# The compiled graphs treat each model's weights as constants (inductor's "freezing", set around
+# each compiled call) so that inductor can prepack every projection for its C++ GEMM template
+# (the only GEMM backend: with ATen beside it autotuning took twice as long to compile), which
+# reads each packed weight panel once for all the rows of a forward. tools/bench_engine.py, 2-core
+# AMD EPYC (Zen 3, AVX2 only), ref_baseline's shape at position 255, median ms at 1/2/3/5/9 rows:
+# the previous form (reductions up to 2 rows, MKL GEMM beyond, weights not frozen)
+# 3.36/4.37/4.47/5.52/5.96, this one 2.52/2.42/2.54/3.12/4.70 (eager 7.23/6.56/7.19/8.54/8.24);
+# the README has all three models.
 DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP"}
 FREEZE_WEIGHTS = True
+
+
+def model_label(model: GPT) -> str:
+    return f"d{model.config.d_model}xL{model.config.n_layer}"
+
+
+def _unique(label: str, taken: dict) -> str:
+    """label, or label#2, #3.. when another model of the same shape already used it."""
+    if label not in taken:
+        return label
+    return next(f"{label}#{i}" for i in range(2, len(taken) + 3) if f"{label}#{i}" not in taken)
+
+
+_KERNEL_DEF = re.compile(r"^(cpp_fused_\w+) = async_compile\.cpp_pybinding\(", re.M)
+_KERNEL_LAUNCH = re.compile(r"^\s+(cpp_fused_\w+)\(", re.M)
+_ATEN_CALL = re.compile(r"\bextern_kernels\.(\w+)\(")
+
+
+def count_kernels(generated: Sequence[ModuleType]) -> dict[str, int]:
+    """What inductor generated for one graph, read from its output code: kernel launches per
+    call, how many of them are its C++ GEMM template (a micro-GEMM over packed weights), and the
+    calls left to ATen (extern kernels, such as MKL's GEMM or SDPA)."""
+    launches = gemm = aten = 0
+    for module in generated:
+        source = Path(module.__file__).read_text()
+        call_body = source[source.find("def call("):]
+        bodies = dict(zip(_KERNEL_DEF.findall(source), _KERNEL_DEF.split(source)[2::2], strict=True))
+        called = _KERNEL_LAUNCH.findall(call_body)
+        launches += len(called)
+        gemm += sum("kernel_micro_gemm" in bodies.get(name, "") for name in called)
+        aten += len(_ATEN_CALL.findall(call_body))
+    return {"kernel_launches": launches, "cpp_gemm_template": gemm, "aten_calls": aten}
 
 
 class EagerSession:
@@ -66,6 +105,7 @@ class EagerSession:
 
 class EagerEngine:
     name = "eager"
+    runs_fused_rounds = False  # the readable reference: a speculative round is Python over forwards
 
     def __init__(self, fallback_reason: str | None = None, requested: str = "eager"):
         self.engine_fallback_reason = fallback_reason
@@ -145,7 +185,8 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor)
 
 
 def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
-                   k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
+                   k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
+                   gemv_max_rows: int = GEMV_MAX_ROWS) -> torch.Tensor:
     """GPT.forward on static buffers. idx (B, T); input_pos (T,) long; caches (B, nh, S, hs).
 
     The same weights and the same arithmetic as GPT.forward, except:
@@ -159,7 +200,7 @@ def static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor,
     Returns logits (B, T, V) float32.
     """
     B, T = idx.shape
-    few_rows = B * T <= GEMV_MAX_ROWS
+    few_rows = B * T <= gemv_max_rows
     project = gemv_linear if few_rows else _module_call
     attend = masked_attention if B * T <= ATTENTION_REDUCTION_MAX_ROWS else _sdpa
     cos, sin = model.rope_cos[input_pos], model.rope_sin[input_pos]
@@ -236,17 +277,17 @@ class CompiledEngine:
     name = "compiled"
     requested = "compiled"
     engine_fallback_reason = None
+    runs_fused_rounds = True  # decode loops hand a whole round (or a sampled step) to call()
 
     def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None,
-                 freeze_weights: bool = FREEZE_WEIGHTS):
+                 freeze_weights: bool = FREEZE_WEIGHTS, gemv_max_rows: int = GEMV_MAX_ROWS):
         self.token_counts = set(token_counts)
+        self.gemv_max_rows = gemv_max_rows
         self.options = dict(DEFAULT_INDUCTOR_OPTIONS if inductor_options is None else inductor_options)
         self.freeze_weights = freeze_weights
         self.compile_ms: dict[str, float] = {}
-        self._compiled = torch.compile(static_forward, fullgraph=True, dynamic=False,
-                                       options=self.options or None)
-        # graphs already compiled, per live model: an id() can be reused once its model is freed
-        self._seen: weakref.WeakKeyDictionary[GPT, set[tuple[int, int]]] = weakref.WeakKeyDictionary()
+        self.kernels: dict[str, dict[str, int]] = {}
+        self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
         # each model's weights as its graphs froze them (versions and storage), to refuse stale ones
         self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
         # the uncached baseline grows by one token per step: one graph with a symbolic length, compiled
@@ -270,33 +311,51 @@ class CompiledEngine:
     @torch.no_grad()
     def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
         """Uncached step, compiled once for every length (dynamic shapes); logits (B, V)."""
-        if not self._first_call(model, (-1, sequence.size(0))):
-            return self._full(model, sequence)
-        start = time.perf_counter()
-        out = self._full(model, sequence)
-        self.compile_ms[f"d{model.config.d_model}xL{model.config.n_layer}:uncached:B{sequence.size(0)}"] = \
-            (time.perf_counter() - start) * 1e3
-        return out
+        label = f"{model_label(model)}:uncached:B{sequence.size(0)}"
+        return self._accounted(label, lambda: self._full(model, sequence))
 
     def step_for(self, model: GPT, n_tokens: int) -> Callable:
         if n_tokens not in self.token_counts:
             return torch.no_grad()(static_forward)  # prefill: eager, any length
-        return self._timed_first_call(model, n_tokens)
 
-    def _timed_first_call(self, model: GPT, n_tokens: int) -> Callable:
         def run(model, idx, input_pos, k_caches, v_caches):
-            if not self._first_call(model, (n_tokens, idx.size(0))):
-                self._check_weights(model)
-                return self._compiled(model, idx, input_pos, k_caches, v_caches)
-            self._check_weights(model)
-            start = time.perf_counter()
-            # dynamo reads the global flag when it traces: set only around this compiling call
-            with torch._inductor.config.patch(freezing=self.freeze_weights):
-                out = self._compiled(model, idx, input_pos, k_caches, v_caches)
-            label = f"d{model.config.d_model}xL{model.config.n_layer}:T{n_tokens}:B{idx.size(0)}"
-            self.compile_ms[label] = (time.perf_counter() - start) * 1e3
-            return out
+            label = f"{model_label(model)}:T{n_tokens}:B{idx.size(0)}"
+            return self.call(static_forward, (model,), label, idx, input_pos, k_caches, v_caches,
+                             self.gemv_max_rows)
         return run
+
+    @torch.no_grad()
+    def call(self, fn: Callable, models: tuple[GPT, ...], label: str, *args):
+        """fn(*models, *args) compiled, with each model's weights frozen into its graphs.
+
+        Any call may compile: the first for a new (fn, models, shapes), and a later one whose
+        guards fail (an eager forward of the same model sets its cache attributes, which dynamo
+        guards). So every call runs with freezing on, and a call after which inductor has loaded
+        new generated code is timed into compile_ms[label] and its kernels into kernels[label].
+        """
+        for model in models:
+            self._check_weights(model)
+        compiled = self._functions.get(fn)
+        if compiled is None:
+            compiled = self._functions[fn] = torch.compile(fn, fullgraph=True, dynamic=False,
+                                                           options=self.options or None)
+
+        def run():
+            # dynamo reads the global flag when it traces: set only around the compiled call
+            with torch._inductor.config.patch(freezing=self.freeze_weights):
+                return compiled(*models, *args)
+        return self._accounted(label, run)
+
+    def _accounted(self, label: str, run: Callable):
+        """run(), and when it compiled (inductor loaded new generated code) its time and kernels."""
+        generated_before = len(PyCodeCache.modules)
+        start = time.perf_counter()
+        out = run()
+        if len(PyCodeCache.modules) > generated_before:
+            label = _unique(label, self.compile_ms)
+            self.compile_ms[label] = (time.perf_counter() - start) * 1e3
+            self.kernels[label] = count_kernels(PyCodeCache.modules[generated_before:])
+        return out
 
     def _check_weights(self, model: GPT) -> None:
         """Frozen graphs hold the weights they were compiled with: a model whose weights changed
@@ -309,19 +368,12 @@ class CompiledEngine:
             raise RuntimeError("this model's weights changed after the compiled engine froze them into its "
                                "graphs; build a new engine (make_engine('compiled')) for the new weights")
 
-    def _first_call(self, model: GPT, shape: tuple[int, int]) -> bool:
-        """True once per (model, token count, batch): the call that compiles, timed apart."""
-        seen = self._seen.setdefault(model, set())
-        if shape in seen:
-            return False
-        seen.add(shape)
-        return True
-
     def stamp(self) -> dict:
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.compile_ms.values())),
                 "compile_ms": dict(self.compile_ms), "inductor_options": self.options,
-                "frozen_weights": self.freeze_weights}
+                "frozen_weights": self.freeze_weights, "gemv_max_rows": self.gemv_max_rows,
+                "kernels": dict(self.kernels)}
 
 
 Engine = EagerEngine | CompiledEngine

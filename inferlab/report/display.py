@@ -54,6 +54,9 @@ DISPLAY_NAMES = {
     "speedup_theory_params": "speedup, theory by params (×)", "speedup_theory_time": "speedup, theory by time (×)",
     "wall_speedup": "wall-clock speedup (×)", "wall_speedup_min": "wall-clock speedup min (×)",
     "wall_speedup_max": "wall-clock speedup max (×)", "wall_ms": "wall ms", "overlap_mean": "overlap (mean)",
+    "verify_cost_ratio": "verification cost (steps)", "round_ms": "ms per round",
+    "round_draft_ms": "draft steps (ms/round)", "round_verify_ms": "verification (ms/round)",
+    "round_rest_ms": "rest of a round (ms)",
     "runner_up_draft": "runner-up draft", "runner_up_k": "runner-up k", "runner_up_value": "runner-up value",
     # quantization, noise floor, models
     "delta_loss": "Δ loss (nats)", "kl_mean_nats": "KL (nats/token)", "top1_agreement": "top-1 agreement",

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine import EagerEngine, Engine, model_label
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.timing import timed_ms
+from inferlab.speculative.fused import sampled_step, speculative_round
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,52 @@ def _draft_propose(draft, seq: list[int], draft_valid: int, k: int, settings: Sa
     return tokens, torch.stack(logits_rows), probs_out
 
 
+@dataclass(frozen=True)
+class Round:
+    """What one round decided: k drafts, m accepted, the token after them, and sum_x min(p, q)
+    at each draft position (empty in greedy mode)."""
+
+    drafts: list[int]
+    accepted: int
+    next_token: int
+    overlaps: list[float]
+
+
+def _reference_round(target_session, draft_session, seq: list[int], draft_valid: int, k: int,
+                     settings: SamplingSettings, generator: torch.Generator | None,
+                     trace: list[dict] | None) -> Round:
+    """The readable round: k draft forwards, one verification, the accept rule in Python."""
+    n = len(seq)
+    drafts, draft_logits, draft_probs = _draft_propose(draft_session, seq, draft_valid, k, settings, generator)
+    target_logits = _forward(target_session, [seq[-1], *drafts], n - 1)  # (k+1, V)
+    draft_tensor = torch.tensor(drafts)
+    overlaps: list[float] = []
+    if settings.greedy:
+        m, next_token = verify_greedy(target_logits, draft_tensor)
+    else:
+        target_probs = settings.probs(target_logits)
+        m, next_token = verify_sampled(target_probs, draft_probs, draft_tensor, generator)
+        overlaps = overlap(target_probs[:k], draft_probs).tolist()
+    if trace is not None:
+        trace.append({"n": n, "drafts": drafts, "accepted": m, "next": next_token,
+                      "target_logits": target_logits, "draft_logits": draft_logits})
+    return Round(drafts, m, next_token, overlaps)
+
+
+def _fused_round(engine: Engine, target_session, draft_session, seq: list[int], k: int,
+                 settings: SamplingSettings, generator: torch.Generator | None) -> Round:
+    """The same round as one compiled graph (inferlab.speculative.fused), one host sync."""
+    target, draft = target_session.model, draft_session.model
+    out = engine.call(speculative_round, (target, draft), f"round:{model_label(draft)}:k{k}",
+                      (target_session.k_caches, target_session.v_caches),
+                      (draft_session.k_caches, draft_session.v_caches),
+                      torch.tensor([seq[-2:]]), torch.tensor([len(seq)]),
+                      torch.rand(2 * k + 1, generator=generator), torch.tensor(settings.greedy),
+                      float(settings.temperature), float(settings.top_p)).tolist()
+    m = int(out[k])
+    return Round([int(t) for t in out[:k]], m, int(out[k + 1]), [] if settings.greedy else out[k + 2:])
+
+
 @torch.no_grad()
 def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_tokens: int, k: int,
                        settings: SamplingSettings = SamplingSettings(),
@@ -187,7 +234,9 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
     (so tokens per round stays an unbiased sample of the formula's E). When trace is a list,
     each round appends its context length n, drafts and the raw logits of both models, which
     lets tests compare the cached logits with a fresh full forward. `engine` runs both models'
-    forwards (eager when None); a compiled engine compiles the 1-, 2- and (k+1)-token steps.
+    forwards (eager when None). An engine that runs fused rounds (the compiled one) does each
+    round as one graph (inferlab.speculative.fused) unless a trace is asked for, and for a
+    first round with a one-token sequence, which runs the reference round on its steps.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -195,8 +244,9 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         raise ValueError("the prompt must hold at least one token")
     if draft is target:
         raise ValueError("the draft must be a separate module: each model owns its KV cache")
-    if engine is not None:
-        engine.want_token_counts(1, 2, k + 1)
+    fused = engine is not None and engine.runs_fused_rounds and trace is None
+    if engine is not None and not (fused and len(prompt) >= 2):
+        engine.want_token_counts(1, 2, k + 1)  # the reference round's steps (fused: a one-token prompt's first)
     target_session, draft_session = sessions = _open(engine, [target, draft], len(prompt) + max_new_tokens + k)
     try:
         _prefill_all_but_last(sessions, prompt)
@@ -205,30 +255,24 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         stats = SpeculativeStats()
         while len(seq) - len(prompt) < max_new_tokens:
             n = len(seq)
-            drafts, draft_logits, draft_probs = _draft_propose(draft_session, seq, draft_valid, k, settings, generator)
-            target_logits = _forward(target_session, [seq[-1], *drafts], n - 1)  # (k+1, V)
-            draft_tensor = torch.tensor(drafts)
-            if settings.greedy:
-                m, next_token = verify_greedy(target_logits, draft_tensor)
+            if fused and n >= 2:
+                step = _fused_round(engine, target_session, draft_session, seq, k, settings, generator)
             else:
-                target_probs = settings.probs(target_logits)
-                m, next_token = verify_sampled(target_probs, draft_probs, draft_tensor, generator)
-                per_position = overlap(target_probs[:k], draft_probs).tolist()
-                checked = min(m + 1, k)  # positions that went through the accept test
-                stats.overlap_sum += sum(per_position[:checked])
-                stats.overlap_sum_drafted += sum(per_position)
-            if trace is not None:
-                trace.append({"n": n, "drafts": drafts, "accepted": m, "next": next_token,
-                              "target_logits": target_logits, "draft_logits": draft_logits})
-            seq.extend(drafts[:m])
-            seq.append(next_token)
+                step = _reference_round(target_session, draft_session, seq, draft_valid, k, settings,
+                                        generator, trace)
+            m = step.accepted
+            checked = min(m + 1, k)  # positions that went through the accept test
+            stats.overlap_sum += sum(step.overlaps[:checked])
+            stats.overlap_sum_drafted += sum(step.overlaps)
+            seq.extend(step.drafts[:m])
+            seq.append(step.next_token)
             # The draft has cached up to its (k-1)-th proposal, position n+k-2.
             draft_valid = min(n + k - 1, len(seq) - 1)
             stats.rounds += 1
             stats.target_forwards += 1
             stats.draft_forwards += k
             stats.drafted += k
-            stats.proposed += min(m + 1, k)
+            stats.proposed += checked
             stats.accepted += m
             stats.generated += m + 1
             stats.accepted_per_round.append(m)
@@ -236,6 +280,22 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         return SpeculativeResult(tokens, stats)
     finally:
         _close(sessions)
+
+
+def _next_token(engine: Engine | None, session, seq: list[int], settings: SamplingSettings,
+                generator: torch.Generator | None) -> int:
+    """Target-only decoding's step: one forward and its draw, fused into one graph on an engine
+    that runs fused rounds, so the baseline pays the same per-call costs as the rounds."""
+    if engine is not None and engine.runs_fused_rounds:
+        return int(engine.call(sampled_step, (session.model,), f"step:{model_label(session.model)}",
+                               (session.k_caches, session.v_caches), torch.tensor([[seq[-1]]]),
+                               torch.tensor([len(seq) - 1]), torch.rand((), generator=generator),
+                               torch.tensor(settings.greedy), float(settings.temperature),
+                               float(settings.top_p)))
+    logits = _forward(session, [seq[-1]], len(seq) - 1)[-1]
+    if settings.greedy:
+        return int(logits.argmax())
+    return sample_from(settings.probs(logits), generator)
 
 
 @torch.no_grad()
@@ -250,11 +310,7 @@ def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
         _prefill_all_but_last(sessions, prompt)
         seq = list(prompt)
         for _ in range(max_new_tokens):
-            logits = _forward(sessions[0], [seq[-1]], len(seq) - 1)[-1]
-            if settings.greedy:
-                seq.append(int(logits.argmax()))
-            else:
-                seq.append(sample_from(settings.probs(logits), generator))
+            seq.append(_next_token(engine, sessions[0], seq, settings, generator))
         return torch.tensor([seq])
     finally:
         _close(sessions)

@@ -29,6 +29,15 @@ def _wall_by_rep(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return runs.groupby([*keys, "rep"], as_index=False)["wall_ms"].sum()
 
 
+def round_breakdown(spec_wall_ms: float, rounds: int, k: int, draft_ms: float, verify_ms: float) -> dict:
+    """Where a round's wall time goes: k draft steps and one verification, as the forward timings
+    measure them one call at a time, and the rest (the accept rule, sampling, Python and the cost
+    of each call). The rest is negative where one graph per round saves what separate calls pay."""
+    round_ms = spec_wall_ms / rounds
+    return {"round_ms": round_ms, "round_draft_ms": k * draft_ms, "round_verify_ms": verify_ms,
+            "round_rest_ms": round_ms - k * draft_ms - verify_ms}
+
+
 def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
               params: dict[str, int], target_name: str) -> pd.DataFrame:
     """One row per (draft, k). runs and forward carry a draft column; params maps model -> count.
@@ -90,6 +99,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "speedup_theory_time": theoretical_speedup(formula, k, c_time),
             # the same cost model, with the measured cost of the (k+1)-token verification
             "speedup_forward_model": formula * target_ms / (k * draft_ms + verify_ms),
+            **round_breakdown(float(paired["wall_ms_spec"].median()), rec["rounds"], k, draft_ms, verify_ms),
             "spec_wall_ms": float(paired["wall_ms_spec"].median()),
             "baseline_wall_ms": float(paired["wall_ms_base"].median()),
             "wall_speedup": float(statistics.median(ratios)),

@@ -57,6 +57,13 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
                 f"{_fmt(ev['ratio'], 2)}x vs {_fmt(base['ratio'], 2)}x, fit a = {_fmt(ev.get('a_ms'), 3)} vs "
                 f"{_fmt(base.get('a_ms'), 3)} ms and b = {_fmt(ev.get('b_ms_per_position'), 4)} vs "
                 f"{_fmt(base.get('b_ms_per_position'), 4)} ms/position")
+        bound, measured = _num(ev.get("roofline_lower_bound_ms_per_token")), _num(ev.get("measured_ms_per_token"))
+        if bound and measured:
+            text += f"; its cached step is {measured / bound:.1f}x the roofline bound ({_fmt(bound, 4)} ms)"
+        kernels = ev.get("decode_step_kernels")
+        if kernels:
+            text += (f", {kernels['kernel_launches']} kernels per step, {kernels['cpp_gemm_template']} of them "
+                     f"the C++ GEMM template over frozen weights, {kernels['aten_calls']} left to ATen")
         a, a0 = _num(ev.get("a_ms")), _num(base.get("a_ms"))
         if a is not None and a0 is not None:
             overhead = "smaller" if a < a0 else "not smaller"

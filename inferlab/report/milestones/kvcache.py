@@ -29,6 +29,13 @@ from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
 
 
+def decode_step_kernels(provenance: dict, engine: str) -> dict | None:
+    """The target's 1-token step as the engine stamped it (engines.<engine>.kernels), if compiled."""
+    kernels = (provenance.get("engines") or {}).get(engine, {}).get("kernels") or {}
+    steps = [counts for label, counts in kernels.items() if ":T1:B1" in label]
+    return steps[0] if steps else None
+
+
 def _m1_engine(data: ReportInputs, engine: str, roofline: pd.DataFrame | None) -> tuple[str, dict]:
     """One engine's M1 sentence and evidence: ratio at the longest length, fit, profiler, roofline."""
     summary = engine_rows(data.table("kv_summary"), engine)
@@ -43,6 +50,8 @@ def _m1_engine(data: ReportInputs, engine: str, roofline: pd.DataFrame | None) -
         measured,
     )
     return sentence, {
+        # engine_comparison's sentence names them (the compiled engine's stamp; None on eager)
+        "decode_step_kernels": decode_step_kernels(data.provenance.get("kv_profile", {}), engine),
         "length": int(longest["length"]),
         "ratio": float(longest["ratio"]),
         "ratio_min": _num(longest.get("ratio_min")),

@@ -1,0 +1,94 @@
+"""A whole speculative round, and a sampled decode step, as single graphs for the compiled engine.
+
+On the compiled engine a round used to be k + 1 compiled calls with eager softmax, sampling
+and a Python accept loop between them, each paying the fixed cost of a call and a host sync.
+Here the k draft steps, the (k+1)-row verification and the accept/resample rule are one
+function that the engine compiles once per (target, draft, k); the emitted tokens, m and the
+per-position overlaps come back in one tensor, so a round syncs with the host once.
+
+The rule is the exact one of inferlab.speculative.decode.verify_sampled: accept draft token x
+when u * q(x) < p(x), replace the first rejection with a draw from norm(max(0, p - q)), and
+take a bonus token from p when all k pass. Randomness is drawn on the host, 2k + 1 uniforms
+per round from the job's torch.Generator, and every draw is an inverse-CDF lookup, so runs
+are reproducible; the draws differ from the eager reference's torch.multinomial stream, not
+in distribution. Greedy decoding is a tensor flag of the same graph (argmax instead of draws,
+equality instead of the ratio test), so the greedy-identity check runs the same kernels.
+
+Shapes stay static: the first draft forward always feeds the last two tokens of the sequence
+(positions n-2 and n-1). The draft's cache is valid up to n-3 after any round, so recomputing
+n-2 when it was already valid costs one row and spares a second graph for the other case.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inferlab.core.engine import static_forward
+from inferlab.core.model import GPT
+from inferlab.core.sampler import logits_to_probs
+
+# The draft's forwards (2 rows, then 1) run as reductions rather than the C++ GEMM template: a
+# draft's weights fit in cache, so the template buys little there, and each of its kernels is
+# a large C++ function to compile, k times over in an unrolled round.
+DRAFT_GEMV_MAX_ROWS = 2
+
+
+def inverse_cdf_draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The token whose cumulative-mass interval holds uniform * total (uniform in [0, 1)).
+
+    Counting the entries with cumulative mass <= u skips zero-probability tokens (their
+    interval is empty), which torch.multinomial also never returns.
+    """
+    cumulative = probs.cumsum(-1)
+    index = (cumulative <= uniform.unsqueeze(-1) * cumulative[..., -1:]).sum(-1)
+    return index.clamp(max=probs.size(-1) - 1)
+
+
+def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list], draft_caches: tuple[list, list],
+                      last_two: torch.Tensor, n: torch.Tensor, uniforms: torch.Tensor, greedy: torch.Tensor,
+                      temperature: float, top_p: float) -> torch.Tensor:
+    """One round for a sequence of n tokens whose last two are last_two (1, 2); n is a (1,) tensor.
+
+    uniforms (2k + 1,): k for the draft draws, k for the accept tests, one for the replacement
+    or bonus token. Returns float32 (2k + 2,): the k draft tokens, m, the token emitted after
+    the m accepted ones, and sum_x min(p, q) at each of the k draft positions.
+    """
+    k = (uniforms.size(0) - 1) // 2
+    tokens_in, positions = last_two, n - 2 + torch.arange(2)
+    drafts, draft_probs = [], []
+    for i in range(k):
+        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=DRAFT_GEMV_MAX_ROWS)[0, -1]
+        q = logits_to_probs(logits, temperature=temperature, top_p=top_p)
+        token = torch.where(greedy, logits.argmax(-1), inverse_cdf_draw(q, uniforms[i]))
+        drafts.append(token)
+        draft_probs.append(q)
+        tokens_in, positions = token.view(1, 1), n + i
+    drafted = torch.stack(drafts)  # (k,)
+    verify_in = torch.cat([last_two[0, 1:], drafted]).view(1, k + 1)
+    target_logits = static_forward(target, verify_in, n - 1 + torch.arange(k + 1), *target_caches)[0]
+    p = logits_to_probs(target_logits, temperature=temperature, top_p=top_p)  # (k + 1, V)
+    q = torch.stack(draft_probs)  # (k, V)
+    p_x = p[:k].gather(1, drafted.view(k, 1))[:, 0]
+    q_x = q.gather(1, drafted.view(k, 1))[:, 0]
+    best = target_logits.argmax(-1)  # (k + 1,)
+    accepted = torch.where(greedy, drafted == best[:k], uniforms[k:2 * k] * q_x < p_x)
+    m = torch.cat([~accepted, torch.ones(1, dtype=torch.bool)]).int().argmax()  # first rejection, or k
+    residual = (p[:k] - q).clamp(min=0.0)
+    mass = residual.sum(-1, keepdim=True)
+    # a rejection where p == q can only come from rounding; p itself is then the right law
+    residual = torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(mass.dtype).tiny), p[:k])
+    replacement = torch.cat([residual, p[k:]])  # row m: after a rejection at m, or the bonus (m = k)
+    # row m by gather, not replacement[m]: an index taken from a tensor would leave the graph
+    row = replacement.gather(0, m.view(1, 1).expand(1, replacement.size(-1)))[0]
+    next_token = torch.where(greedy, best.gather(0, m.view(1))[0], inverse_cdf_draw(row, uniforms[2 * k]))
+    overlaps = torch.minimum(p[:k], q).sum(-1)
+    return torch.cat([drafted.float(), m.float().view(1), next_token.float().view(1), overlaps])
+
+
+def sampled_step(model: GPT, caches: tuple[list, list], token: torch.Tensor, position: torch.Tensor,
+                 uniform: torch.Tensor, greedy: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Target-only decoding's step on the same terms: one forward at `position` (1,) and its
+    draw (or argmax) in one graph. Returns the next token, a 0-dim long tensor."""
+    logits = static_forward(model, token, position, *caches)[0, -1]
+    probs = logits_to_probs(logits, temperature=temperature, top_p=top_p)
+    return torch.where(greedy, logits.argmax(-1), inverse_cdf_draw(probs, uniform))
