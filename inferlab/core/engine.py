@@ -68,13 +68,14 @@ def _unique(label: str, taken: dict) -> str:
 
 _KERNEL_DEF = re.compile(r"^(cpp_fused_\w+) = async_compile\.cpp_pybinding\(", re.M)
 _KERNEL_LAUNCH = re.compile(r"^\s+(cpp_fused_\w+)\(", re.M)
-_ATEN_CALL = re.compile(r"\bextern_kernels\.(\w+)\(")
+# library calls: inductor's extern kernels (ATen/MKL GEMM) and ops it left to ATen, MKL or oneDNN
+_ATEN_CALL = re.compile(r"\b(?:extern_kernels\.\w+|torch\.ops\.(?!inductor\.)\w+\.\w+)(?:\.default)?\(")
 
 
 def count_kernels(generated: Sequence[ModuleType]) -> dict[str, int]:
     """What inductor generated for one graph, read from its output code: kernel launches per
     call, how many of them are its C++ GEMM template (a micro-GEMM over packed weights), and the
-    calls left to ATen (extern kernels, such as MKL's GEMM or SDPA)."""
+    calls left to libraries (extern kernels such as MKL's GEMM, SDPA, oneDNN's packed linear)."""
     launches = gemm = aten = 0
     for module in generated:
         source = Path(module.__file__).read_text()
