@@ -15,6 +15,7 @@ from inferlab.quant import bench as quant_bench
 from inferlab.quant import choice as quant_choice
 from inferlab.quant import kernels as quant_kernels
 from inferlab.quant import methods as quant
+from inferlab.quant.schemes import get_scheme
 from inferlab.training.loop import TrainConfig, train_model
 from inferlab.training.noise_floor import within_noise
 
@@ -278,16 +279,20 @@ def test_decode_speed_measurement_reports_medians_and_agreement():
     print(f"\ntiny int8 decode: {out['ms_per_token']:.2f} ms/token vs fp32 {out['fp32_ms_per_token']:.2f}")
 
 
-def test_int8_kernel_model_decodes_on_the_compiled_engine_like_on_eager():
-    """The low-bit kernels compose with torch.compile: same greedy tokens on both engines."""
+@pytest.mark.parametrize("scheme", ["int8_per_channel_sym", "int4_g32_sym"])
+def test_low_bit_kernel_model_decodes_on_the_compiled_engine_like_on_eager(scheme):
+    """The low-bit kernels compose with torch.compile as the quant job builds it (frozen weights):
+    same greedy tokens on both engines."""
     from inferlab.core.engine import make_engine
     from inferlab.core.generate import generate
 
+    if not quant_kernels.KERNELS[get_scheme(scheme).kernel].available("cpu"):
+        pytest.skip(f"no {scheme} kernel on this CPU")
     model = tiny_random_model()
-    quantised, result = quant.quantize_model(model, "int8_per_channel_sym")
-    fast = quant_kernels.kernel_model(quantised, result, "int8_per_channel_sym")
+    quantised, result = quant.quantize_model(model, scheme)
+    fast = quant_kernels.kernel_model(quantised, result, scheme)
     prompt = torch.tensor([[1, 2, 3]])
-    compiled = make_engine("compiled")
+    compiled = make_engine("compiled", inductor_options=quant_bench.KERNEL_INDUCTOR_OPTIONS)
     assert compiled.engine_used == "compiled", compiled.engine_fallback_reason
     eager_tokens = generate(fast, prompt, 6).tokens
     assert torch.equal(generate(fast, prompt, 6, engine=compiled).tokens, eager_tokens)

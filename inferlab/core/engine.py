@@ -400,6 +400,7 @@ def make_engine(name: str, check: bool = True, **options) -> Engine:
         if check:
             _smoke_compile(engine)
             engine.compile_ms.clear()
+            engine.kernels.clear()
         return engine
     except Exception as error:  # any compiler/toolchain failure: record it, never hide it
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"

@@ -30,6 +30,12 @@ from inferlab.training.noise_floor import within_noise
 BASELINE = "fp32 weights of the same checkpoint, evaluated in the same job with the same code"
 GPTQ_KEYS = ("calibration_windows", "damp", "block_size", "seed")  # config quantization.gptq
 
+# The low-bit kernels are library ops (int4pack and int8 weight-only matmuls) for which autotuning
+# restricted to the C++ GEMM template has no choice. Here the fp32 model and every kernel model
+# compile with frozen weights and inductor's default lowering, so each speed ratio compares like
+# with like.
+KERNEL_INDUCTOR_OPTIONS: dict = {}
+
 
 def speed_status(scheme: quant.Scheme, device: str) -> tuple[str, bool]:
     """What the speed columns mean for this scheme, and whether a measurement is made."""
@@ -79,7 +85,7 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     if measurable:
         fast = quant_kernels.kernel_model(quantised, result, scheme_name)
         for name in engines:
-            engine = make_engine(name)
+            engine = make_engine(name, inductor_options=KERNEL_INDUCTOR_OPTIONS)
             measured = measure_decode_speed(reference, fast, prompt, new_tokens, reps, engine)
             speed |= {f"{column}{engine_suffix(name)}": measured[column] for column in SPEED_COLUMNS}
             speed[f"engine_used{engine_suffix(name)}"] = engine.engine_used
