@@ -41,6 +41,10 @@ ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_rest_ms")
 COMPILED_WALL_TARGET = 1.2
 
 
+def _steps(k: int) -> str:
+    return "1 draft step" if k == 1 else f"{k} draft steps"
+
+
 def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
     match = summary[(summary["draft"] == draft) & (summary["k"] == k)]
     return match.iloc[0] if len(match) else None
@@ -70,7 +74,7 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
     ev.update({"verify_cost_ratio_min": float(verify.min()), "verify_cost_ratio_max": float(verify.max()),
                **{key: float(fastest[key]) for key in ROUND_PARTS}})
     text += (f"; a (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps; "
-             f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: {int(fastest['k'])} draft steps "
+             f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: {_steps(int(fastest['k']))} "
              f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, and the rest (accept rule, "
              f"sampling, the cost of each call) {ev['round_rest_ms']:+.2f}")
     if ev["best_wall_speedup"] < 1.0:
