@@ -29,7 +29,7 @@ from inferlab.core.engine import EagerEngine, Engine, model_label
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.timing import timed_ms
-from inferlab.speculative.fused import sampled_step, speculative_round
+from inferlab.speculative.fused import overlap, residual_probs, sampled_step, speculative_round
 
 
 @dataclass(frozen=True)
@@ -74,22 +74,6 @@ class SpeculativeResult:
 def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     """One id from a (V,) distribution."""
     return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """sum_x min(p, q) over the last axis: the probability that a draft token is accepted."""
-    return torch.minimum(p, q).sum(dim=-1)
-
-
-def residual_probs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)), the distribution a rejection is replaced from.
-
-    Its mass is 1 - sum min(p, q) and is zero only when p == q, where a rejection cannot
-    happen in exact arithmetic; rounding can still cause one, and then p itself is right.
-    """
-    residual = torch.clamp(p - q, min=0.0)
-    mass = residual.sum()
-    return residual / mass if mass > 0 else p
 
 
 def verify_sampled(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,

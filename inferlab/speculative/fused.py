@@ -6,7 +6,8 @@ Here the k draft steps, the (k+1)-row verification and the accept/resample rule 
 function that the engine compiles once per (target, draft, k); the emitted tokens, m and the
 per-position overlaps come back in one tensor, so a round syncs with the host once.
 
-The rule is the exact one of inferlab.speculative.decode.verify_sampled: accept draft token x
+The rule is the exact one of inferlab.speculative.decode.verify_sampled (both use residual_probs
+and overlap, defined here): accept draft token x
 when u * q(x) < p(x), replace the first rejection with a draw from norm(max(0, p - q)), and
 take a bonus token from p when all k pass. Randomness is drawn on the host, 2k + 1 uniforms
 per round from the job's torch.Generator, and every draw is an inverse-CDF lookup, so runs
@@ -44,6 +45,23 @@ def inverse_cdf_draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor
     return index.clamp(max=probs.size(-1) - 1)
 
 
+def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """sum_x min(p, q) over the last axis: the probability that a draft token is accepted."""
+    return torch.minimum(p, q).sum(dim=-1)
+
+
+def residual_probs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) over the last axis, the distribution a rejection is replaced from.
+
+    Its mass is 1 - sum min(p, q) and is zero only when p == q, where a rejection cannot
+    happen in exact arithmetic; rounding can still cause one, and then p itself is right.
+    Written without a branch on the mass, so the reference round and the fused graph share it.
+    """
+    residual = torch.clamp(p - q, min=0.0)
+    mass = residual.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass, p)
+
+
 def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list], draft_caches: tuple[list, list],
                       last_two: torch.Tensor, n: torch.Tensor, uniforms: torch.Tensor, greedy: torch.Tensor,
                       temperature: float, top_p: float) -> torch.Tensor:
@@ -73,15 +91,11 @@ def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list],
     best = target_logits.argmax(-1)  # (k + 1,)
     accepted = torch.where(greedy, drafted == best[:k], uniforms[k:2 * k] * q_x < p_x)
     m = torch.cat([~accepted, torch.ones(1, dtype=torch.bool)]).int().argmax()  # first rejection, or k
-    residual = (p[:k] - q).clamp(min=0.0)
-    mass = residual.sum(-1, keepdim=True)
-    # a rejection where p == q can only come from rounding; p itself is then the right law
-    residual = torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(mass.dtype).tiny), p[:k])
-    replacement = torch.cat([residual, p[k:]])  # row m: after a rejection at m, or the bonus (m = k)
+    replacement = torch.cat([residual_probs(p[:k], q), p[k:]])  # row m: after a rejection at m, or the bonus
     # row m by gather, not replacement[m]: an index taken from a tensor would leave the graph
     row = replacement.gather(0, m.view(1, 1).expand(1, replacement.size(-1)))[0]
     next_token = torch.where(greedy, best.gather(0, m.view(1))[0], inverse_cdf_draw(row, uniforms[2 * k]))
-    overlaps = torch.minimum(p[:k], q).sum(-1)
+    overlaps = overlap(p[:k], q)
     return torch.cat([drafted.float(), m.float().view(1), next_token.float().view(1), overlaps])
 
 
