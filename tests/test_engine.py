@@ -1,7 +1,9 @@
 """Decode engines: the compiled engine decodes exactly like the eager one; a failed compile is stamped eager.
 
 Compiling costs seconds per graph on a busy 2-core machine, so one module-wide engine serves
-every test, and the models are tiny (graphs are reused per (model, token count)).
+every test, and one one-layer target serves them all (each graph of its own token count is compiled
+once and reused: the rollback's k = 2 verification is the 3-row forward's graph). Its draft is a
+perturbed copy, close enough to accept often and far enough to reject.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from inferlab.core.engine import EagerEngine, make_engine
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
-from inferlab.kvcache.bench import time_generation
+from inferlab.kvcache.bench import (
+    STEP_LABEL,
+    STEP_SPLIT_COLUMNS,
+    compiled_step_split,
+    profile_cached_step,
+    time_generation,
+)
+from inferlab.report.milestones import kv_explanation
 from inferlab.speculative.decode import SamplingSettings, speculative_decode
 from inferlab.speculative.summary import best_groups_by_engine
-from tests.test_speculative import chi_square, chi_square_limit, similar_pair, tiny_gpt
+from tests.test_speculative import chi_square, chi_square_limit, perturbed, tiny_gpt
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +41,13 @@ def compiled():
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return similar_pair()
+def one_layer():
+    return tiny_gpt(32, 11, scale=1.0, block_scale=5.0)
 
 
 @pytest.fixture(scope="module")
-def one_layer():
-    return tiny_gpt(32, 7, scale=1.0, block_scale=3.0)
+def pair(one_layer):
+    return one_layer, perturbed(one_layer, 0.1, 1)
 
 
 def test_compiled_greedy_generation_matches_eager(compiled, pair):
@@ -56,7 +65,7 @@ def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
     """Greedy speculative decoding on the compiled engine equals target-only greedy decoding, and
     every round's cached logits (after rejections too) equal a fresh uncached forward."""
     target, draft = pair
-    prompt, k = [3, 1, 4], 3
+    prompt, k = [3, 1, 4], 2
     reference = generate(target, torch.tensor([prompt]), 40).new_tokens(len(prompt))[0].tolist()
     trace: list[dict] = []
     result = speculative_decode(target, draft, prompt, 40, k, SamplingSettings(greedy=True), trace=trace,
@@ -153,12 +162,40 @@ def test_freezing_is_scoped_and_each_model_keeps_its_own_constants():
     assert first.stamp()["frozen_weights"] is True and len(first.compile_ms) == 2
 
 
-def test_weights_changed_after_freezing_are_refused(compiled):
+def test_profile_splits_a_compiled_step_into_fixed_costs_and_kernels(compiled, one_layer):
+    """Experiment 1's profile on the compiled engine: each step's wall time is exactly our Python,
+    the guards, the wrappers, the graph's own code and its kernels; every kernel the step's graph
+    launches (and every library call) is one kernel event."""
+    sequence = generate(one_layer, torch.tensor([[1, 2, 3]]), 12).tokens
+    session = compiled.open(one_layer)
+    session.forward(sequence[:, :1], 0)
+    graph = compiled.stamp()["kernels"][f"{engine_module.model_label(one_layer)}:T1:B1"]
+    table = profile_cached_step(one_layer, sequence, 10, steps=3, device="cpu", top=5, engine=compiled)
+    row = table.iloc[0]
+    assert row["kernel_events"] == graph["kernel_launches"] + graph["aten_calls"]
+    assert row["kernel_ms"] > 0 and row["guard_ms"] > 0 and row["python_glue_ms"] > 0
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function(STEP_LABEL):
+            session.forward(sequence[:, 10:11], 10)
+    step = next(e for e in prof.events() if e.name == STEP_LABEL)
+    split = compiled_step_split(step)
+    assert sum(split[c] for c in STEP_SPLIT_COLUMNS if c != "kernel_events") == pytest.approx(step.cpu_time_total / 1e3)
+    eager = profile_cached_step(one_layer, sequence, 10, steps=2, device="cpu", top=5)
+    assert eager[list(STEP_SPLIT_COLUMNS)].isna().all().all()
+    assert kv_explanation.STEP_SPLIT_COLUMNS == STEP_SPLIT_COLUMNS  # the columns M1's sentence reads
+
+
+@pytest.mark.parametrize("change", ["edited in place", "replaced"])
+def test_weights_changed_after_freezing_are_refused(compiled, change):
     model = tiny_gpt(32, 4)
     session = compiled.open(model)
     session.forward(torch.tensor([[1]]), 0)
+    mlp = model.blocks[0].mlp
     with torch.no_grad():
-        model.blocks[0].mlp.up.weight.add_(0.1)
+        if change == "replaced":
+            mlp.up.weight = torch.nn.Parameter(mlp.up.weight + 0.1)
+        else:
+            mlp.up.weight.add_(0.1)
     with pytest.raises(RuntimeError, match="weights changed after the compiled engine froze them"):
         session.forward(torch.tensor([[2]]), 1)
 

@@ -19,14 +19,30 @@ COMPUTE = ast.literal_eval(re.search(r"COMPUTE_SCRIPTS = (\{.*?\})", COMMON, re.
 SCRIPTS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py") if not p.stem.startswith("_")
                  and p.stem != "report_build")
 
-# Runs a script's top-level imports only (the rest needs the snakemake object).
+# Runs a script's top-level imports only (the rest needs the snakemake object). The first attempt
+# to import torch, from any module on the way, answers True and stops the probe there: a compute
+# job's probe need not pay torch's import to say that it would.
 PROBE = """
 import ast, sys
+
+class TorchWanted(BaseException):  # not an ImportError, so no `try: import torch` can swallow it
+    pass
+
+class StopAtTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise TorchWanted
+
+sys.meta_path.insert(0, StopAtTorch())
 sys.path[:0] = [sys.argv[2] + "/scripts", sys.argv[2]]
 tree = ast.parse(open(sys.argv[1], encoding="utf-8").read())
 imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-exec(compile(ast.Module(imports, []), sys.argv[1], "exec"), {"__name__": "job"})
-print("torch" in sys.modules)
+try:
+    exec(compile(ast.Module(imports, []), sys.argv[1], "exec"), {"__name__": "job"})
+except TorchWanted:
+    print(True)
+else:
+    print("torch" in sys.modules)
 """
 
 

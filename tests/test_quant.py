@@ -292,8 +292,8 @@ def test_low_bit_kernel_model_decodes_on_the_compiled_engine_like_on_eager(schem
     quantised, result = quant.quantize_model(model, scheme)
     fast = quant_kernels.kernel_model(quantised, result, scheme)
     prompt = torch.tensor([[1, 2, 3]])
-    compiled = make_engine("compiled", inductor_options=quant_bench.KERNEL_INDUCTOR_OPTIONS)
-    assert compiled.engine_used == "compiled", compiled.engine_fallback_reason
+    # no smoke compile: the decode below compiles, and fails loudly where inductor cannot
+    compiled = make_engine("compiled", check=False, inductor_options=quant_bench.KERNEL_INDUCTOR_OPTIONS)
     eager_tokens = generate(fast, prompt, 6).tokens
     assert torch.equal(generate(fast, prompt, 6, engine=compiled).tokens, eager_tokens)
     out = quant_bench.measure_decode_speed(model, fast, prompt, new_tokens=4, reps=1, engine=compiled)

@@ -702,3 +702,22 @@ def test_m1_names_the_compiled_steps_kernels_and_its_distance_to_the_bound():
     text = engine_comparison({"eager": eager, "compiled": compiled})
     assert "its cached step is 4.0x the roofline bound" in text
     assert "30 kernels per step, 17 of them the C++ GEMM template over frozen weights, 0 left to ATen" in text
+
+
+def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
+    """The profile table's split of a compiled step (kvcache.bench.compiled_step_split) reaches M1's
+    engine sentence with its own numbers; eager's NaN split adds nothing."""
+    from inferlab.report.milestones.kv_explanation import STEP_SPLIT_COLUMNS, engine_comparison, kv_explanation
+
+    split = dict(zip(STEP_SPLIT_COLUMNS, (0.061, 0.042, 0.013, 0.087, 0.412, 31), strict=True))
+    profile = pd.DataFrame([{"op_share": 0.9, "op_ms": 0.55, "wall_ms": 0.615, **split}])
+    _, ev = kv_explanation({"length": 256, "ratio": 2.0}, None, profile, None)
+    assert ev["step_split"] == split
+    _, eager_ev = kv_explanation({"length": 256, "ratio": 3.0}, None,
+                                 profile.assign(**dict.fromkeys(STEP_SPLIT_COLUMNS, float("nan"))), None)
+    assert "step_split" not in eager_ev
+    text = engine_comparison({"eager": {**eager_ev, "length": 256, "ratio": 3.0},
+                              "compiled": {**ev, "length": 256, "ratio": 2.0}})
+    assert ("a step spends 0.412 ms in its 31 kernels and library calls, 0.087 ms in the graph's code between "
+            "them, 0.013 ms in the compiled region's wrappers, 0.042 ms on guards and 0.061 ms in our Python "
+            "(of 0.615 ms under the profiler)") in text

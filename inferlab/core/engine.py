@@ -289,8 +289,10 @@ class CompiledEngine:
         self.compile_ms: dict[str, float] = {}
         self.kernels: dict[str, dict[str, int]] = {}
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
-        # each model's weights as its graphs froze them (versions and storage), to refuse stale ones
+        # each model's weights as its graphs froze them (versions and storage), to refuse stale ones,
+        # and where its parameters live (walking model.parameters() on every call cost more than a step)
         self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
+        self._parameter_slots: weakref.WeakKeyDictionary[GPT, list] = weakref.WeakKeyDictionary()
         # the uncached baseline grows by one token per step: one graph with a symbolic length, compiled
         # plainly (autotuning and constants per length would cost minutes for a baseline)
         self._full = torch.compile(full_forward, fullgraph=True, dynamic=True)
@@ -300,6 +302,12 @@ class CompiledEngine:
     @property
     def engine_used(self) -> str:
         return self.name
+
+    def with_kernel_events(self) -> CompiledEngine:
+        """A twin engine whose graphs record each kernel under torch.profiler (inductor's
+        cpp.enable_kernel_profile): its own compiles, for profiling only."""
+        return CompiledEngine(tuple(self.token_counts), {**self.options, "cpp.enable_kernel_profile": True},
+                              self.freeze_weights, self.gemv_max_rows)
 
     def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> CompiledSession:
         # max_seq_len is ignored on purpose: the buffer always spans the whole context.
@@ -342,9 +350,15 @@ class CompiledEngine:
                                                            options=self.options or None)
 
         def run():
-            # dynamo reads the global flag when it traces: set only around the compiled call
-            with torch._inductor.config.patch(freezing=self.freeze_weights):
+            # dynamo reads the global flag when it traces: set only around the compiled call, by
+            # hand (config.patch builds a class per call: measured 10% of a small model's step)
+            inductor_config = torch._inductor.config
+            before = inductor_config.freezing
+            inductor_config.freezing = self.freeze_weights
+            try:
                 return compiled(*models, *args)
+            finally:
+                inductor_config.freezing = before
         return self._accounted(label, run)
 
     def _accounted(self, label: str, run: Callable):
@@ -363,7 +377,13 @@ class CompiledEngine:
         since (an optimizer step, load_state_dict, an in-place edit) is refused, never run stale."""
         if not self.freeze_weights:
             return
-        now = tuple((p._version, p.data_ptr()) for p in model.parameters())
+        slots = self._parameter_slots.get(model)
+        if slots is None:
+            slots = self._parameter_slots[model] = [(module._parameters, name) for module in model.modules()
+                                                    for name, param in module._parameters.items()
+                                                    if param is not None]
+        # read through each module's own dict, so a replaced parameter is seen as well as an in-place edit
+        now = tuple((params[name]._version, params[name].data_ptr()) for params, name in slots)
         frozen = self._frozen.setdefault(model, now)
         if frozen != now:
             raise RuntimeError("this model's weights changed after the compiled engine froze them into its "

@@ -9,7 +9,9 @@ Four pieces, each testable on its own:
   uncached step time as a + b·positions (`inferlab.kvcache.summary`) and the lesson-1 FLOP
   count of the ratio (`inferlab.kvcache.flops`);
 - a torch.profiler breakdown of one cached step into time inside operators and time
-  outside them (`profile_cached_step`).
+  outside them (`profile_cached_step`), and on the compiled engine where a step's fixed cost
+  goes: our Python, dynamo's guards, the compiled region's wrappers, the generated graph's own
+  code, and its kernels (`compiled_step_split`).
 
 Passes and positions are counted as in `inferlab.kvcache.flops`'s docstring.
 """
@@ -27,7 +29,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
 from inferlab.core.config import kv_bytes_per_token
-from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine import CompiledEngine, EagerEngine, Engine
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
@@ -211,13 +213,72 @@ def operator_share(events, label: str = STEP_LABEL) -> tuple[pd.DataFrame, pd.Da
     return steps, pd.DataFrame(ops)
 
 
+# The profiler's names for what a compiled call runs through (torch 2.13): dynamo's frame-cache lookup
+# (the guards), the compiled region, and in it the call of inductor's generated graph, whose children
+# are its kernels (C++ kernels appear only when compiled with cpp.enable_kernel_profile) and library ops.
+GUARD_LOOKUP = "TorchDynamo Cache Lookup"
+COMPILED_REGION = "Torch-Compiled Region"
+GRAPH_CALL = "## Call CompiledFxGraph"
+# The profile table's columns for where a compiled step's time goes (NaN on eager).
+STEP_SPLIT_COLUMNS = ("python_glue_ms", "guard_ms", "wrapper_ms", "graph_code_ms", "kernel_ms", "kernel_events")
+
+
+def _total_ms(events) -> float:
+    return sum(event.cpu_time_total for event in events) / 1e3
+
+
+def compiled_step_split(step) -> dict:
+    """Where one profiled compiled step's wall time goes (ms, profiler-inflated): our own Python
+    around the call (weight check, positions, dispatch), dynamo's guard lookup, the compiled
+    region's wrappers outside the graph, the generated graph's Python between kernels
+    (allocations, argument handling), and the kernels themselves (OpenMP fork/join included)."""
+    children = list(step.cpu_children)
+    guards = [c for c in children if c.name.startswith(GUARD_LOOKUP)]
+    regions = [c for c in children if c.name.startswith(COMPILED_REGION)]
+    graphs = [g for region in regions for g in region.cpu_children if g.name.startswith(GRAPH_CALL)]
+    if not graphs:
+        raise ValueError(f"no compiled graph call ({GRAPH_CALL!r}) under the profiled step")
+    kernels = [k for graph in graphs for k in graph.cpu_children]
+    return {"python_glue_ms": step.cpu_time_total / 1e3 - _total_ms(guards) - _total_ms(regions),
+            "guard_ms": _total_ms(guards), "wrapper_ms": _total_ms(regions) - _total_ms(graphs),
+            "graph_code_ms": _total_ms(graphs) - _total_ms(kernels), "kernel_ms": _total_ms(kernels),
+            "kernel_events": len(kernels)}
+
+
+def _profiled_steps(step: Callable[[], object], steps: int, device: str):
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            with record_function(STEP_LABEL):
+                step()
+            synchronize(device)
+    return prof.events()
+
+
+def _compiled_split(engine: Engine, model: GPT, sequence: torch.Tensor, positions: int, steps: int,
+                    device: str) -> dict:
+    """Medians of compiled_step_split over `steps` steps of a twin engine whose graphs emit kernel
+    events (a separate compile, so the engine whose steps are timed runs without them); NaN on eager."""
+    if not isinstance(engine, CompiledEngine):
+        return dict.fromkeys(STEP_SPLIT_COLUMNS, float("nan"))
+    step, close = _cached_step_fn(engine.with_kernel_events(), model, sequence, positions)
+    try:
+        for _ in range(3):
+            step()
+        events = _profiled_steps(step, steps, device)
+    finally:
+        close()
+    splits = pd.DataFrame([compiled_step_split(e) for e in events if e.name == STEP_LABEL])
+    return {column: float(splits[column].median()) for column in STEP_SPLIT_COLUMNS}
+
+
 def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, steps: int, device: str,
                         top: int = 10, engine: Engine | None = None) -> pd.DataFrame:
     """Profiles `steps` cached decode steps at `positions` (CPU activities) after a warm-up.
 
     One row per top operator (by time per step); the step-level columns (medians over the
     profiled steps) repeat on every row. unprofiled_step_ms times the same step without the
-    profiler, whose own bookkeeping inflates wall_ms.
+    profiler, whose own bookkeeping inflates wall_ms. On the compiled engine the STEP_SPLIT_COLUMNS
+    say where a step's time goes (`compiled_step_split`); they are NaN on eager.
     """
     engine = engine or EagerEngine()
     step, close = _cached_step_fn(engine, model, sequence, positions)
@@ -225,14 +286,11 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
         for _ in range(3):
             step()
         unprofiled = [timed_ms(step, device)[1] for _ in range(steps)]
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
-                with record_function(STEP_LABEL):
-                    step()
-                synchronize(device)
+        events = _profiled_steps(step, steps, device)
     finally:
         close()
-    per_step, ops = operator_share(prof.events())
+    split = _compiled_split(engine, model, sequence, positions, steps, device)
+    per_step, ops = operator_share(events)
     n = len(per_step)
     top_ops = (ops.groupby("op").agg(calls=("op_ms", "size"), total_ms=("op_ms", "sum")).reset_index()
                .assign(calls_per_step=lambda d: d["calls"] / n, ms_per_step=lambda d: d["total_ms"] / n)
@@ -247,6 +305,6 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
         "op_share": float(per_step["op_share"].median()),
         "outside_share": 1.0 - float(per_step["op_share"].median()),
         "top_level_ops_per_step": float(per_step["top_level_ops"].median()),
-        "unprofiled_step_ms": statistics.median(unprofiled),
+        "unprofiled_step_ms": statistics.median(unprofiled), **split,
         **engine_columns(engine),
     })

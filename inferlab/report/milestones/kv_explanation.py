@@ -60,6 +60,14 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
         bound, measured = _num(ev.get("roofline_lower_bound_ms_per_token")), _num(ev.get("measured_ms_per_token"))
         if bound and measured:
             text += f"; its cached step is {measured / bound:.1f}x the roofline bound ({_fmt(bound, 4)} ms)"
+        split = ev.get("step_split")
+        if split:
+            text += (f"; profiled, a step spends {_fmt(split['kernel_ms'], 3)} ms in its "
+                     f"{split['kernel_events']:.0f} kernels and library calls, {_fmt(split['graph_code_ms'], 3)} ms "
+                     f"in the graph's code between them, {_fmt(split['wrapper_ms'], 3)} ms in the compiled "
+                     f"region's wrappers, {_fmt(split['guard_ms'], 3)} ms on guards and "
+                     f"{_fmt(split['python_glue_ms'], 3)} ms in our Python (of {_fmt(ev['profile_wall_ms'], 3)} ms "
+                     f"under the profiler)")
         kernels = ev.get("decode_step_kernels")
         if kernels:
             text += (f", {kernels['kernel_launches']} kernels per step, {kernels['cpp_gemm_template']} of them "
@@ -74,10 +82,11 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
     return " " + "; ".join(p[0].upper() + p[1:] for p in parts) + "."
 
 
-# The columns M1 reads (kvbench.fit_table, roofline.our_roofline).
+# The columns M1 reads (kvbench.fit_table, roofline.our_roofline, kvbench.STEP_SPLIT_COLUMNS).
 FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
                "fixed_share_no_cache", "a_cache_ms")
 ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_over_bound")
+STEP_SPLIT_COLUMNS = ("python_glue_ms", "guard_ms", "wrapper_ms", "graph_code_ms", "kernel_ms", "kernel_events")
 
 
 def kv_explanation(
@@ -125,6 +134,9 @@ def kv_explanation(
                 f"the profiler puts {share:.0%} of a cached step's wall time "
                 f"({_fmt(ev['profile_wall_ms'], 3)} ms) inside operators and {1 - share:.0%} outside them"
             )
+        split = {column: _num(row.get(column)) for column in STEP_SPLIT_COLUMNS}
+        if all(value is not None for value in split.values()):
+            ev["step_split"] = split
     if roofline is not None and len(roofline):
         ours = _our_roofline_row(roofline)
         if ours is not None:
