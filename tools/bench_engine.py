@@ -68,7 +68,7 @@ def forward_table(models: dict[str, GPT], variants: list[str], rows: list[int], 
                     times[variant].append((time.perf_counter() - start) * 1e3)
             for variant, values in times.items():
                 kernels = engines[variant].stamp().get("kernels", {})
-                launched = [v for label, v in kernels.items() if label.endswith(f":T{n}:B1")]
+                launched = [v for label, v in kernels.items() if f":T{n}:B1:" in label]
                 records.append({"model": model_name, "rows": n, "variant": variant,
                                 "median_ms": statistics.median(values), "min_ms": min(values),
                                 "first_call_ms": sessions[variant][1],

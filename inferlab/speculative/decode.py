@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine, model_label
+from inferlab.core.engine import EagerEngine, Engine, context_bucket, model_label
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.timing import timed_ms
@@ -197,12 +197,13 @@ def _fused_round(engine: Engine, target_session, draft_session, seq: list[int], 
                  settings: SamplingSettings, generator: torch.Generator | None) -> Round:
     """The same round as one compiled graph (inferlab.speculative.fused), one host sync."""
     target, draft = target_session.model, draft_session.model
-    out = engine.call(speculative_round, (target, draft), f"round:{model_label(draft)}:k{k}",
+    context = context_bucket(len(seq) + k, target.config.max_seq_len)
+    out = engine.call(speculative_round, (target, draft), f"round:{model_label(draft)}:k{k}:S{context}",
                       (target_session.k_caches, target_session.v_caches),
                       (draft_session.k_caches, draft_session.v_caches),
                       torch.tensor([seq[-2:]]), torch.tensor([len(seq)]),
                       torch.rand(2 * k + 1, generator=generator), torch.tensor(settings.greedy),
-                      float(settings.temperature), float(settings.top_p)).tolist()
+                      float(settings.temperature), float(settings.top_p), context).tolist()
     m = int(out[k])
     return Round([int(t) for t in out[:k]], m, int(out[k + 1]), [] if settings.greedy else out[k + 2:])
 
@@ -271,11 +272,12 @@ def _next_token(engine: Engine | None, session, seq: list[int], settings: Sampli
     """Target-only decoding's step: one forward and its draw, fused into one graph on an engine
     that runs fused rounds, so the baseline pays the same per-call costs as the rounds."""
     if engine is not None and engine.runs_fused_rounds:
-        return int(engine.call(sampled_step, (session.model,), f"step:{model_label(session.model)}",
+        context = context_bucket(len(seq), session.model.config.max_seq_len)
+        return int(engine.call(sampled_step, (session.model,), f"step:{model_label(session.model)}:S{context}",
                                (session.k_caches, session.v_caches), torch.tensor([[seq[-1]]]),
                                torch.tensor([len(seq) - 1]), torch.rand((), generator=generator),
                                torch.tensor(settings.greedy), float(settings.temperature),
-                               float(settings.top_p)))
+                               float(settings.top_p), context))
     logits = _forward(session, [seq[-1]], len(seq) - 1)[-1]
     if settings.greedy:
         return int(logits.argmax())

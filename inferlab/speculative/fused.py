@@ -64,8 +64,9 @@ def residual_probs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list], draft_caches: tuple[list, list],
                       last_two: torch.Tensor, n: torch.Tensor, uniforms: torch.Tensor, greedy: torch.Tensor,
-                      temperature: float, top_p: float) -> torch.Tensor:
+                      temperature: float, top_p: float, context: int) -> torch.Tensor:
     """One round for a sequence of n tokens whose last two are last_two (1, 2); n is a (1,) tensor.
+    Every forward attends over the first `context` slots (the bucket that holds position n + k - 1).
 
     uniforms (2k + 1,): k for the draft draws, k for the accept tests, one for the replacement
     or bonus token. Returns float32 (2k + 2,): the k draft tokens, m, the token emitted after
@@ -75,7 +76,8 @@ def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list],
     tokens_in, positions = last_two, n - 2 + torch.arange(2)
     drafts, draft_probs = [], []
     for i in range(k):
-        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=DRAFT_GEMV_MAX_ROWS)[0, -1]
+        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=DRAFT_GEMV_MAX_ROWS,
+                                context=context)[0, -1]
         q = logits_to_probs(logits, temperature=temperature, top_p=top_p)
         token = torch.where(greedy, logits.argmax(-1), inverse_cdf_draw(q, uniforms[i]))
         drafts.append(token)
@@ -83,7 +85,7 @@ def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list],
         tokens_in, positions = token.view(1, 1), n + i
     drafted = torch.stack(drafts)  # (k,)
     verify_in = torch.cat([last_two[0, 1:], drafted]).view(1, k + 1)
-    target_logits = static_forward(target, verify_in, n - 1 + torch.arange(k + 1), *target_caches)[0]
+    target_logits = static_forward(target, verify_in, n - 1 + torch.arange(k + 1), *target_caches, context=context)[0]
     p = logits_to_probs(target_logits, temperature=temperature, top_p=top_p)  # (k + 1, V)
     q = torch.stack(draft_probs)  # (k, V)
     p_x = p[:k].gather(1, drafted.view(k, 1))[:, 0]
@@ -100,9 +102,10 @@ def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list],
 
 
 def sampled_step(model: GPT, caches: tuple[list, list], token: torch.Tensor, position: torch.Tensor,
-                 uniform: torch.Tensor, greedy: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Target-only decoding's step on the same terms: one forward at `position` (1,) and its
-    draw (or argmax) in one graph. Returns the next token, a 0-dim long tensor."""
-    logits = static_forward(model, token, position, *caches)[0, -1]
+                 uniform: torch.Tensor, greedy: torch.Tensor, temperature: float, top_p: float,
+                 context: int) -> torch.Tensor:
+    """Target-only decoding's step on the same terms: one forward at `position` (1,) over the first
+    `context` slots and its draw (or argmax) in one graph. Returns the next token, a 0-dim long tensor."""
+    logits = static_forward(model, token, position, *caches, context=context)[0, -1]
     probs = logits_to_probs(logits, temperature=temperature, top_p=top_p)
     return torch.where(greedy, logits.argmax(-1), inverse_cdf_draw(probs, uniform))
