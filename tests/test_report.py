@@ -709,7 +709,7 @@ def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
     engine sentence with its own numbers; eager's NaN split adds nothing."""
     from inferlab.report.milestones.kv_explanation import STEP_SPLIT_COLUMNS, engine_comparison, kv_explanation
 
-    split = dict(zip(STEP_SPLIT_COLUMNS, (0.061, 0.042, 0.013, 0.087, 0.412, 31), strict=True))
+    split = dict(zip(STEP_SPLIT_COLUMNS, (1.0, 0.25, 0.05, 0.02, 0.18, 0.5, 31), strict=True))
     profile = pd.DataFrame([{"op_share": 0.9, "op_ms": 0.55, "wall_ms": 0.615, **split}])
     _, ev = kv_explanation({"length": 256, "ratio": 2.0}, None, profile, None)
     assert ev["step_split"] == split
@@ -718,6 +718,6 @@ def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
     assert "step_split" not in eager_ev
     text = engine_comparison({"eager": {**eager_ev, "length": 256, "ratio": 3.0},
                               "compiled": {**ev, "length": 256, "ratio": 2.0}})
-    assert ("a step spends 0.412 ms in its 31 kernels and library calls, 0.087 ms in the graph's code between "
-            "them, 0.013 ms in the compiled region's wrappers, 0.042 ms on guards and 0.061 ms in our Python "
-            "(of 0.615 ms under the profiler)") in text
+    assert ("profiled with an event per kernel (1.000 ms a step there, the profiler's own cost included), a step "
+            "spends 50% of its time in its 31 kernels and library calls, 18% in the graph's code between them, 2% "
+            "in the compiled region's wrappers, 5% on guards and 25% in the Python before the compiled frame") in text

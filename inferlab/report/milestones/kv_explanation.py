@@ -61,13 +61,14 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
         if bound and measured:
             text += f"; its cached step is {measured / bound:.1f}x the roofline bound ({_fmt(bound, 4)} ms)"
         split = ev.get("step_split")
-        if split:
-            text += (f"; profiled, a step spends {_fmt(split['kernel_ms'], 3)} ms in its "
-                     f"{split['kernel_events']:.0f} kernels and library calls, {_fmt(split['graph_code_ms'], 3)} ms "
-                     f"in the graph's code between them, {_fmt(split['wrapper_ms'], 3)} ms in the compiled "
-                     f"region's wrappers, {_fmt(split['guard_ms'], 3)} ms on guards and "
-                     f"{_fmt(split['python_glue_ms'], 3)} ms in our Python (of {_fmt(ev['profile_wall_ms'], 3)} ms "
-                     f"under the profiler)")
+        if split and split["split_step_ms"]:
+            share = {part: split[part] / split["split_step_ms"] for part in STEP_SPLIT_PARTS}
+            text += (f"; profiled with an event per kernel ({_fmt(split['split_step_ms'], 3)} ms a step there, the "
+                     f"profiler's own cost included), a step spends {share['kernel_ms']:.0%} of its time in its "
+                     f"{split['kernel_events']:.0f} kernels and library calls, {share['graph_code_ms']:.0%} in the "
+                     f"graph's code between them, {share['wrapper_ms']:.0%} in the compiled region's wrappers, "
+                     f"{share['guard_ms']:.0%} on guards and {share['entry_ms']:.0%} in the Python before the "
+                     f"compiled frame (our engine's and torch.compile's)")
         kernels = ev.get("decode_step_kernels")
         if kernels:
             text += (f", {kernels['kernel_launches']} kernels per step, {kernels['cpp_gemm_template']} of them "
@@ -86,7 +87,8 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
 FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
                "fixed_share_no_cache", "a_cache_ms")
 ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_over_bound")
-STEP_SPLIT_COLUMNS = ("python_glue_ms", "guard_ms", "wrapper_ms", "graph_code_ms", "kernel_ms", "kernel_events")
+STEP_SPLIT_PARTS = ("entry_ms", "guard_ms", "wrapper_ms", "graph_code_ms", "kernel_ms")  # sum to split_step_ms
+STEP_SPLIT_COLUMNS = ("split_step_ms", *STEP_SPLIT_PARTS, "kernel_events")
 
 
 def kv_explanation(
