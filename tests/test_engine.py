@@ -184,6 +184,7 @@ def test_profile_splits_a_compiled_step_into_fixed_costs_and_kernels(one_layer):
     row = table.iloc[0]
     assert row["kernel_events"] == graph["kernel_launches"] + graph["aten_calls"]
     assert row["kernel_ms"] > 0 and row["guard_ms"] > 0 and row["entry_ms"] > 0
+    assert sum(row[c] for c in STEP_SPLIT_PARTS) == pytest.approx(row["split_step_ms"])  # one step's parts
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         with torch.profiler.record_function(STEP_LABEL):
             session.forward(sequence[:, 10:11], 10)
