@@ -30,7 +30,9 @@ from inferlab.core.sampler import logits_to_probs
 
 # The draft's forwards (2 rows, then 1) run as reductions rather than the C++ GEMM template: a
 # draft's weights fit in cache, so the template buys little there, and each of its kernels is
-# a large C++ function to compile, k times over in an unrolled round.
+# a large C++ function to compile, k times over in an unrolled round. Measured (2-core EPYC,
+# random weights, c1_dim64 under ref_baseline, k = 3, 15 interleaved reps): a round took 4.58 ms
+# with the template against 4.74 as reductions, and its compile 71 s against 63.
 DRAFT_GEMV_MAX_ROWS = 2
 
 
