@@ -13,26 +13,22 @@ from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
-from inferlab.jobs.tables import read_table, write_table
+from inferlab.jobs.tables import write_table
 from inferlab.quant.bench import BASELINE, run_scheme
 from inferlab.quant.methods import EMBEDDING_NOTE, SCALE_BITS
-from inferlab.training.noise_floor import floor_value
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 model, meta = load_checkpoint(Path(smk.input.meta).parent, "cpu")
-floor_table = read_table(smk.input.floor)
 vocab = load_vocabulary(smk.input.vocab)
 speed = smk.params.speed
 prompt = torch.tensor([vocab.encode(speed["prompt"])], dtype=torch.long)
 row = run_scheme(model, smk.params.scheme, load_token_ids(smk.input.val), load_token_ids(smk.input.train),
-                 smk.params.seq_len, floor_value(floor_table), prompt, speed["new_tokens"], speed["reps"],
+                 smk.params.seq_len, prompt, speed["new_tokens"], speed["reps"],
                  gptq=smk.params.gptq, device="cpu", progress_file=log, engines=tuple(smk.params.engines))
 provenance = job_stamps(machine_stamp("cpu"), model_stamp(meta, smk.params.model_name),
                         {"quality": "one deterministic pass over the full validation split",
                          "speed_reps": row["speed_reps"]}, BASELINE, **{
-              "noise_floor": {"value": row["noise_floor"], "source": str(floor_table["floor_source"].iloc[0]),
-                              "runs": len(floor_table)},
               "embedding": EMBEDDING_NOTE, "storage": f"{SCALE_BITS}-bit float scales, zero points at b bits",
               "gptq": smk.params.gptq, "speed_prompt": speed["prompt"],
               "speed_prompt_unk": vocab.unk_count(speed["prompt"])})

@@ -17,7 +17,6 @@ from inferlab.sampling import threshold_rule
 from inferlab.sampling.summary_table import CELL_COLUMNS
 from inferlab.speculative import summary as speculative_summary
 from inferlab.training import noise_floor as noise
-from inferlab.training.noise_floor import within_noise
 
 MACHINE_A = {"cpu_model": "CPU A", "device": "cpu", "device_name": "CPU A"}
 MACHINE_B = {"cpu_model": "CPU B", "device": "cpu", "device_name": "CPU B"}
@@ -82,11 +81,10 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
         rows.append(pd.DataFrame([{"scheme": name, "method": "rtn", "bits": bits,
                                    "effective_bits_per_weight": bits + 0.01,
                                    "eval_tokens": 1000, "loss": 4.0 + delta, "fp32_loss": 4.0, "delta_loss": delta,
-                                   "kl_mean_nats": kl, "top1_agreement": 1 - kl, "noise_floor": FLOOR,
-                                   "within_noise": within_noise(delta, FLOOR),
+                                   "kl_mean_nats": kl, "top1_agreement": 1 - kl,
                                    "speed_status": "quality only", "ms_per_token": np.nan,
                                    "fp32_ms_per_token": np.nan, "speedup_vs_fp32": np.nan}]))
-    return quant_choice.summary_table(rows, list(SCHEMES))
+    return quant_choice.summary_table(rows, list(SCHEMES), FLOOR)
 
 
 def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: dict | None = None,

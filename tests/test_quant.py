@@ -302,21 +302,20 @@ def test_low_bit_kernel_model_decodes_on_the_compiled_engine_like_on_eager(schem
 
 # ------------------------------------------------------------------------------ jobs and the choice
 
-def test_run_scheme_row_has_verdict_storage_and_speed_columns(trained):
+def test_run_scheme_row_has_quality_storage_and_speed_columns(trained):
     model, train, val = trained
     prompt = torch.tensor([[1, 2, 3]])
-    rtn = quant_bench.run_scheme(model, "int4_per_channel_sym", val, train, 32, floor=0.02, prompt=prompt,
+    rtn = quant_bench.run_scheme(model, "int4_per_channel_sym", val, train, 32, prompt=prompt,
                                  new_tokens=4, reps=2)
     assert rtn["quantized_layers"] == 8 and rtn["quantized_params"] == 2 * 12 * 64 * 64
     assert rtn["fp32_params"] == model.num_params() - rtn["quantized_params"]
     assert rtn["delta_loss"] == pytest.approx(rtn["loss"] - rtn["fp32_loss"])
-    assert rtn["within_noise"] == (rtn["delta_loss"] < 0.02)
     rows_per_block = 3 * 64 + 64 + 4 * 64 + 64  # one fp16 scale per output row: qkv, proj, up, down
     assert rtn["effective_bits_per_weight"] == pytest.approx(4 + 16 * rows_per_block / (12 * 64 * 64))
     if quant_kernels.KERNELS["int4_groupwise"].available("cpu"):
         assert rtn["speed_status"].startswith("measured") and rtn["ms_per_token"] > 0
         assert rtn["kernel_max_rel_err"] < 2e-2
-    gptq_row = quant_bench.run_scheme(model, "int3_gptq", val, train, 32, floor=0.02, prompt=prompt, new_tokens=4,
+    gptq_row = quant_bench.run_scheme(model, "int3_gptq", val, train, 32, prompt=prompt, new_tokens=4,
                                       reps=1, gptq={**GPTQ_CONFIG, "calibration_windows": 4},
                                       engines=("eager", "compiled"))
     assert gptq_row["calibration_windows"] == 4
@@ -325,23 +324,36 @@ def test_run_scheme_row_has_verdict_storage_and_speed_columns(trained):
     assert gptq_row["ms_per_token_compiled"] != gptq_row["ms_per_token_compiled"]  # on no engine
 
 
-def _row(scheme, delta, floor=0.02):
+def _row(scheme, delta):
     s = quant.SCHEMES[scheme]
     return {"scheme": scheme, "method": s.method, "bits": s.bits,
             "effective_bits_per_weight": quant.effective_bits_per_weight(s, [(256, 256)]),
             "delta_loss": delta, "loss": 5.0 + delta, "fp32_loss": 5.0, "kl_mean_nats": abs(delta) / 2,
-            "top1_agreement": 0.99, "noise_floor": floor, "within_noise": within_noise(delta, floor),
+            "top1_agreement": 0.99,
             "eval_tokens": 1000, "speed_reps": 0,
             "speed_status": "quality only: test", "ms_per_token": float("nan"),
             "fp32_ms_per_token": float("nan"), "speedup_vs_fp32": float("nan")}
 
 
-def test_choice_takes_fewest_bits_below_floor_and_explains_it():
+def _summary(rows: list[dict], floor: float = 0.02):
+    """The scheme jobs' rows through quant_summary's table, which judges each against the floor."""
     import pandas as pd
 
-    summary = pd.DataFrame([_row("int8_per_channel_sym", 0.001), _row("int4_per_tensor_sym", 0.031),
-                            _row("int4_per_channel_sym", 0.012), _row("int4_gptq", 0.008),
-                            _row("int3_gptq", 0.025), _row("int3_g32_sym", 0.040), _row("bf16", 0.0)])
+    return quant_choice.summary_table([pd.DataFrame([row]) for row in rows], [row["scheme"] for row in rows], floor)
+
+
+def test_summary_judges_every_scheme_against_the_floor_it_is_given():
+    rows = [_row("int8_per_channel_sym", -0.001), _row("int4_per_channel_sym", 0.012), _row("int3_gptq", 0.02)]
+    assert _summary(rows, 0.02)["within_noise"].tolist() == [True, True, False]  # at the floor is not below it
+    wider = _summary(rows, 0.025)
+    assert wider["within_noise"].tolist() == [True, True, True] and set(wider["noise_floor"]) == {0.025}
+    assert wider["within_noise"].tolist() == [within_noise(r["delta_loss"], 0.025) for r in rows]
+
+
+def test_choice_takes_fewest_bits_below_floor_and_explains_it():
+    summary = _summary([_row("int8_per_channel_sym", 0.001), _row("int4_per_tensor_sym", 0.031),
+                        _row("int4_per_channel_sym", 0.012), _row("int4_gptq", 0.008),
+                        _row("int3_gptq", 0.025), _row("int3_g32_sym", 0.040), _row("bf16", 0.0)])
     choice = quant_choice.choose_scheme(summary).iloc[0]
     assert choice["scheme"] == "int4_per_channel_sym"  # int4_gptq is better but less simple: tie at 4 bits
     assert choice["n_below_floor"] == 4
@@ -351,9 +363,7 @@ def test_choice_takes_fewest_bits_below_floor_and_explains_it():
 
 
 def test_choice_when_nothing_is_below_the_floor():
-    import pandas as pd
-
-    summary = pd.DataFrame([_row("int4_per_tensor_sym", 0.05), _row("int3_gptq", 0.03)])
+    summary = _summary([_row("int4_per_tensor_sym", 0.05), _row("int3_gptq", 0.03)])
     choice = quant_choice.choose_scheme(summary).iloc[0]
     assert choice["scheme"] == "none" and choice["n_below_floor"] == 0
     assert "int3_gptq at +0.0300" in choice["reason"]
@@ -362,7 +372,7 @@ def test_choice_when_nothing_is_below_the_floor():
 def test_gptq_settings_come_only_from_config(trained):
     model, train, val = trained
     with pytest.raises(ValueError, match=r"int3_gptq: GPTQ settings \['damp'\] missing"):
-        quant_bench.run_scheme(model, "int3_gptq", val, train, 32, floor=0.02, prompt=torch.tensor([[1]]),
+        quant_bench.run_scheme(model, "int3_gptq", val, train, 32, prompt=torch.tensor([[1]]),
                                new_tokens=1, reps=1, gptq={k: v for k, v in GPTQ_CONFIG.items() if k != "damp"})
 
 

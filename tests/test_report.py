@@ -37,7 +37,7 @@ from inferlab.sampling.grid import GREEDY_CELL
 from inferlab.sampling.human_match import cell_distances, choose_human_match
 from inferlab.sampling.summary_table import wide_summary
 from inferlab.speculative import summary as speculative_summary
-from inferlab.training.noise_floor import floor_value, noise_floor_table, within_noise
+from inferlab.training.noise_floor import floor_value, noise_floor_table
 
 SEED_REF = Path(__file__).resolve().parent.parent / "config" / "seed-reference.json"
 ANCHOR = Path(__file__).resolve().parent.parent / "config" / "anchor-model.json"
@@ -225,7 +225,7 @@ def quant_rows() -> tuple[dict, ...]:
     model = GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=1, head_dim=32, max_seq_len=64)).eval()
     val = torch.randint(0, 32, (400,))
     prompt = torch.randint(0, 32, (1, 4))
-    return tuple(quant_bench.run_scheme(model, name, val, val, 32, 0.0, prompt, 4, 1) for name in QUANT_SCHEMES)
+    return tuple(quant_bench.run_scheme(model, name, val, val, 32, prompt, 4, 1) for name in QUANT_SCHEMES)
 
 
 def quant_tables(floor: float = 1.0) -> dict[str, pd.DataFrame]:
@@ -233,10 +233,8 @@ def quant_tables(floor: float = 1.0) -> dict[str, pd.DataFrame]:
     runs = [{"name": "ref_baseline", "seed": 1, "val_loss": 4.700},
             {"name": "ref_baseline_seed101", "seed": 101, "val_loss": 4.707}]
     nf = noise_floor_table(runs, sigmas=3, use="fixed", fixed_value=floor)
-    floor = floor_value(nf)
-    scored = [pd.DataFrame([{**row, "noise_floor": floor, "within_noise": within_noise(row["delta_loss"], floor)}])
-              for row in quant_rows()]
-    summary = quant_choice.summary_table(scored, QUANT_SCHEMES)
+    summary = quant_choice.summary_table([pd.DataFrame([row]) for row in quant_rows()], QUANT_SCHEMES,
+                                         floor_value(nf))
     return {"quant_summary": summary, "quant_choice": quant_choice.choose_scheme(summary), "noise_floor": nf}
 
 

@@ -24,7 +24,6 @@ from inferlab.review import ledger
 from inferlab.review.diff import load
 from inferlab.review.recording import ReviewPaths
 from inferlab.review.verdicts import CHANGED, FLIPPED, diff_metrics
-from inferlab.training.noise_floor import within_noise
 from tests.test_report import MACHINE, QUANT_SCHEMES, _paths, full_data, quant_rows, quant_tables, spec_tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,9 +82,8 @@ def _quant_with(scheme: str, extra_loss: float, floor: float = 1.0) -> dict[str,
     scored = []
     for row in quant_rows():
         delta = row["delta_loss"] + (extra_loss if row["scheme"] == scheme else 0.0)
-        scored.append(pd.DataFrame([{**row, "delta_loss": delta, "noise_floor": floor,
-                                     "within_noise": within_noise(delta, floor)}]))
-    summary = quant_choice.summary_table(scored, QUANT_SCHEMES)
+        scored.append(pd.DataFrame([{**row, "delta_loss": delta}]))
+    summary = quant_choice.summary_table(scored, QUANT_SCHEMES, floor)
     return {**tables, "quant_summary": summary, "quant_choice": quant_choice.choose_scheme(summary)}
 
 

@@ -213,6 +213,18 @@ def test_changing_one_quant_scheme_reruns_only_that_job(completed_run):
 
 
 @pytest.mark.slow
+def test_changing_the_noise_floor_rejudges_the_schemes_without_rerunning_them(completed_run):
+    config = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))
+    floor = config["noise_floor"]
+    override = completed_run / "wider-floor.yaml"
+    override.write_text(yaml.safe_dump({"noise_floor": {**floor, "sigmas": floor["sigmas"] + 1}}))
+    result = _snakemake(completed_run, "-n", "--configfile", "config/quick.yaml", "tiny.yaml", override.name)
+    jobs = _planned_jobs(result.stdout + result.stderr)
+    assert jobs.pop("noise_floor", 0) == 1 and jobs.pop("quant_summary", 0) == 1, result.stdout[-3000:]
+    assert set(jobs) <= {"report", "all"}, jobs
+
+
+@pytest.mark.slow
 def test_changing_one_models_training_reruns_only_that_model(completed_run):
     override = completed_run / "draft-lr.yaml"
     config = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))

@@ -25,7 +25,6 @@ from inferlab.quant import kernels as quant_kernels
 from inferlab.quant import methods as quant
 from inferlab.quant.choice import QUALITY_ONLY
 from inferlab.quant.gptq import calibration_windows
-from inferlab.training.noise_floor import within_noise
 
 BASELINE = "fp32 weights of the same checkpoint, evaluated in the same job with the same code"
 GPTQ_KEYS = ("calibration_windows", "damp", "block_size", "seed")  # config quantization.gptq
@@ -48,10 +47,13 @@ def speed_status(scheme: quant.Scheme, device: str) -> tuple[str, bool]:
 
 
 def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, train_ids: torch.Tensor,
-               seq_len: int, floor: float, prompt: torch.Tensor, new_tokens: int, reps: int,
+               seq_len: int, prompt: torch.Tensor, new_tokens: int, reps: int,
                gptq: dict | None = None, device: str = "cpu", batch_size: int = 16,
                progress_file: TextIO | None = None, engines: tuple[str, ...] = ("eager",)) -> dict:
-    """One row: quality against fp32, storage, verdict against the noise floor, and speed if measurable.
+    """One row: quality against fp32, storage, and speed if measurable.
+
+    The verdict against the noise floor is quant_summary's (choice.summary_table), so that a change
+    of the floor re-decides every scheme without re-running any.
 
     gptq: config's quantization.gptq {calibration_windows, damp, block_size, seed}; required by
     methods that calibrate, which take no defaults of their own.
@@ -90,7 +92,6 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
             speed |= {f"{column}{engine_suffix(name)}": measured[column] for column in SPEED_COLUMNS}
             speed[f"engine_used{engine_suffix(name)}"] = engine.engine_used
         speed["kernel_max_rel_err"] = quant_kernels.kernel_max_rel_error(quantised, fast)
-    delta = quality["delta_loss"]
     return {
         "scheme": scheme.name, "method": scheme.method, "bits": scheme.bits,
         "granularity": scheme.granularity, "group_size": scheme.group_size or 0,
@@ -102,9 +103,8 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
         "scale_storage": "none" if scheme.granularity == "none" else f"{quant.SCALE_BITS}-bit float",
         "zero_storage": "none" if scheme.symmetric else f"{scheme.bits}-bit integer",
         "seq_len": seq_len, "eval_tokens": quality["eval_tokens"],
-        "loss": quality["loss"], "fp32_loss": quality["fp32_loss"], "delta_loss": delta,
+        "loss": quality["loss"], "fp32_loss": quality["fp32_loss"], "delta_loss": quality["delta_loss"],
         "kl_mean_nats": quality["kl_mean_nats"], "top1_agreement": quality["top1_agreement"],
-        "noise_floor": floor, "within_noise": within_noise(delta, floor),
         "calibration_windows": n_calibration, "quantize_s": quantize_s,
         "kernel": scheme.kernel or "none", "speed_status": status,
         "speed_reps": reps if measurable else 0, "speed_new_tokens": new_tokens if measurable else 0,

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from inferlab.quant.schemes import get_scheme
+from inferlab.training.noise_floor import within_noise
 
 QUALITY_ONLY = "quality only"
 
@@ -79,7 +80,9 @@ def choose_scheme(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{**base, **{k: chosen[k] for k in keep}, "reason": reason}])
 
 
-def summary_table(rows: list[pd.DataFrame], order: list[str]) -> pd.DataFrame:
-    """The per-scheme rows in config order."""
-    table = pd.concat(rows, ignore_index=True)
-    return table.set_index("scheme").loc[order].reset_index()
+def summary_table(rows: list[pd.DataFrame], order: list[str], floor: float) -> pd.DataFrame:
+    """The per-scheme rows in config order, each with its verdict against the noise floor."""
+    table = pd.concat(rows, ignore_index=True).set_index("scheme").loc[order].reset_index()
+    table["noise_floor"] = floor
+    table["within_noise"] = [within_noise(delta, floor) for delta in table["delta_loss"]]
+    return table
