@@ -9,6 +9,7 @@ perturbed copy, close enough to accept often and far enough to reject.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ from inferlab.core import engine as engine_module
 from inferlab.core.engine import EagerEngine, context_bucket, make_engine
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
+from inferlab.core.model import GPT
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.kvcache.bench import (
     STEP_LABEL,
@@ -126,6 +128,13 @@ def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
     assert rounds, f"no fused round was compiled: {sorted(kernels)}"
     assert kernels[rounds[0]]["kernel_launches"] > 0 and kernels[rounds[0]]["cpp_gemm_template"] > 0
     assert not any(label.startswith("d64xL1:") for label in kernels), "the smoke compile's toy is not stamped"
+
+
+def test_fused_round_refuses_a_draft_with_another_context(pair):
+    target, _ = pair
+    short = GPT(dataclasses.replace(target.config, max_seq_len=target.config.max_seq_len // 2)).eval()
+    with pytest.raises(ValueError, match=r"draft's context \(48\) to equal the target's \(96\)"):
+        speculative_decode(target, short, [3, 1], 4, 2, engine=make_engine("compiled", check=False))
 
 
 def test_fused_round_emits_the_targets_joint_distribution(compiled, pair):

@@ -230,6 +230,10 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
     if draft is target:
         raise ValueError("the draft must be a separate module: each model owns its KV cache")
     fused = engine is not None and engine.runs_fused_rounds and trace is None
+    if fused and draft.config.max_seq_len != target.config.max_seq_len:
+        # one context bucket slices both models' caches inside the round's graph
+        raise ValueError(f"a fused round needs the draft's context ({draft.config.max_seq_len}) to equal the "
+                         f"target's ({target.config.max_seq_len}); run this pair on the eager engine")
     if engine is not None and not (fused and len(prompt) >= 2):
         engine.want_token_counts(1, 2, k + 1)  # the reference round's steps (fused: a one-token prompt's first)
     target_session, draft_session = sessions = _open(engine, [target, draft], len(prompt) + max_new_tokens + k)
