@@ -7,7 +7,7 @@ from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.setup import start_job
 from inferlab.report.build import ReportPaths, run_information, write_report
 from inferlab.report.catalog import FIGURE_CATALOG
-from inferlab.report.inputs import load_inputs
+from inferlab.report.inputs import add_reference_table, load_inputs
 from inferlab.review.causes import causes_record
 from inferlab.review.metrics import probe_calibration
 from inferlab.review.recording import ReviewPaths
@@ -20,6 +20,8 @@ metas = dict(zip(smk.params.models, smk.input.metas, strict=True))
 curves = dict(zip(smk.params.models, smk.input.curves, strict=True))
 data = load_inputs(tables, smk.params.producers, metas, curves, smk.input.seed_reference, smk.params.settings,
                    smk.params.target)
+if "engine_bench" in smk.input.keys():
+    add_reference_table(data, "engine_bench", smk.input.engine_bench, smk.params.engine_bench_command)
 machine = machine_stamp("cpu")
 run = run_information(smk.params.config, smk.params.benchmark_dir,
                       [*tables.values(), *smk.input.metas, *smk.input.curves], machine)

@@ -1,7 +1,12 @@
 """Benchmark (not a test): ms per cached forward and per speculative round, eager against compiled variants.
 
 Usage: .venv/bin/python tools/bench_engine.py [--rows 1 2 3 5 9] [--reps 40] [--context 255]
-                                              [--variants ...] [--ks 2 4] [--csv out.csv]
+                                              [--variants ...] [--ks 2 4] [--out table.parquet]
+
+--out writes the forward table as Parquet with its machine stamp and settings (the rounds
+table beside it, as <name>-rounds.parquet). The committed reports/reference/engine-bench.parquet
+is what Experiment 1's section quotes and the report's appendix holds; rerun it on a quiet
+machine after an engine change.
 
 Random models of the lab's three shapes (ref_baseline d256, c1_dim128, c1_dim64; 4 layers,
 vocab 2112) are enough: a forward's time does not depend on the weights. Each forward runs at
@@ -21,8 +26,10 @@ compiled steps (reference) and as one graph (fused), and the fused target-only s
 from __future__ import annotations
 
 import argparse
+import datetime
 import statistics
 import time
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -30,6 +37,8 @@ import torch
 from inferlab.core.config import GPTConfig
 from inferlab.core.engine import EagerEngine, make_engine
 from inferlab.core.model import GPT
+from inferlab.jobs.machine import machine_stamp
+from inferlab.jobs.tables import write_table
 from inferlab.speculative.decode import SamplingSettings, autoregressive_decode, speculative_decode
 
 MODELS = {"ref_baseline": 256, "c1_dim128": 128, "c1_dim64": 64}
@@ -132,7 +141,7 @@ def main() -> None:
     parser.add_argument("--ks", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--round-reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--csv", help="write the forward table here (and the round table beside it)")
+    parser.add_argument("--out", help="write the forward table here as Parquet (and the rounds table beside it)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -140,10 +149,15 @@ def main() -> None:
     print(f"threads={torch.get_num_threads()} reps={args.reps} context={args.context}")
     forwards = forward_table({m: models[m] for m in args.models}, args.variants, args.rows, args.context, args.reps)
     rounds = round_table(models, args.ks, args.round_reps) if args.ks else pd.DataFrame()
-    if args.csv:
-        forwards.to_csv(args.csv, index=False)
+    if args.out:
+        out = Path(args.out)
+        provenance = {"machine": machine_stamp("cpu"), "measured_at": datetime.datetime.now(datetime.UTC).isoformat(
+            timespec="seconds"), "settings": {"rows": args.rows, "reps": args.reps, "context": args.context,
+                                              "round_reps": args.round_reps, "ks": args.ks,
+                                              "weights": "random, the lab's three shapes"}}
+        write_table(forwards, out, provenance=provenance)
         if len(rounds):
-            rounds.to_csv(args.csv.replace(".csv", "-rounds.csv"), index=False)
+            write_table(rounds, out.with_name(out.stem + "-rounds.parquet"), provenance=provenance)
 
 
 if __name__ == "__main__":

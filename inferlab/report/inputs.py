@@ -99,3 +99,15 @@ def load_inputs(
     if seed_reference_path and Path(seed_reference_path).exists():
         data.seed_reference = read_json(seed_reference_path)
     return data
+
+
+def add_reference_table(data: ReportInputs, key: str, path: str, made_by: str) -> None:
+    """A committed table measured outside this run (made_by: the command that remakes it), read like
+    the rule outputs: the report quotes it with its own machine stamp, and the appendix holds it."""
+    try:
+        data.tables[key] = pd.read_parquet(path)
+        data.provenance[key] = read_provenance(path)
+    except Exception as err:  # noqa: BLE001 - any failure to read is reported with the recovery command
+        raise ReportInputError(f"cannot read {path}: {type(err).__name__}: {err}; remake it with {made_by}") from err
+    data.paths[key] = str(path)
+    data.producers[key] = made_by

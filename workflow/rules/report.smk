@@ -29,6 +29,11 @@ REPORT_TABLES = {
     "corpus_stats": ("prepare_corpus", "stats"),
 }
 
+# Measured outside the DAG, on a quiet machine, and committed (tools/bench_engine.py --out ...):
+# Experiment 1 quotes it with its own machine stamp; the report runs without it.
+ENGINE_BENCH = "reports/reference/engine-bench.parquet"
+ENGINE_BENCH_COMMAND = f".venv/bin/python tools/bench_engine.py --out {ENGINE_BENCH}"
+
 
 rule report:
     input:
@@ -36,6 +41,7 @@ rule report:
         metas=[checkpoint(name)["meta"] for name in MODELS],
         curves=[f"{checkpoint_dir(name)}/loss_curve.parquet" for name in MODELS],
         seed_reference="config/seed-reference.json",
+        **({"engine_bench": ENGINE_BENCH} if Path(ENGINE_BENCH).exists() else {}),
     output:
         milestones="results/milestones.parquet",   # its rows are the first table of c13-report.html
         html=report("reports/c13-report.html", caption="../report/c13_report.rst", category="Report"),
@@ -53,6 +59,7 @@ rule report:
         models=MODELS,
         target=TARGET,
         producers={key: rule for key, (rule, _) in REPORT_TABLES.items()},
+        engine_bench_command=ENGINE_BENCH_COMMAND,
         # the settings the milestone checks need (expected grid cells, repeat counts)
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},
         config=config,   # hashed into the report's provenance section

@@ -26,6 +26,8 @@ INPUT_TITLES = {
     "spec_identity": "Speculative: greedy identity per case", "quant_summary": "Quantization: every scheme",
     "quant_choice": "Quantization: the choice rule", "noise_floor": "Noise floor: reruns that differ only in seed",
     "corpus_stats": "Corpus statistics",
+    "engine_bench": "Engine variants: ms per cached forward by model, rows and variant (tools/bench_engine.py, "
+                    "not this run)",
 }
 
 

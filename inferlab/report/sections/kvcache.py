@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from inferlab.report import figures as F
@@ -9,7 +11,7 @@ from inferlab.report.display import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RA
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
-from inferlab.report.render import Document
+from inferlab.report.render import Document, cell_text
 from inferlab.report.sections.common import (
     cell,
     compact,
@@ -78,6 +80,34 @@ def kv_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
     return sentences
 
 
+def engine_bench_note(bench: pd.DataFrame, provenance: dict) -> str:
+    """Experiment 1's provenance of the engine: the variants measured outside this run
+    (tools/bench_engine.py), quoted with their own machine stamp, never as this run's numbers."""
+    machine, settings = provenance.get("machine", {}), provenance.get("settings", {})
+    model = str(bench["model"].iloc[0])
+    rows = bench[bench["model"] == model]
+    variants = list(dict.fromkeys(rows["variant"]))
+    latest = variants[-1]
+
+    def median(n: int, variant: str) -> float:
+        hit = rows.loc[(rows["rows"] == n) & (rows["variant"] == variant), "median_ms"]
+        return float(hit.iloc[0]) if len(hit) else math.nan
+
+    one_row = ", ".join(f"{variant} {cell_text(median(1, variant))}" for variant in variants)
+    widest = int(rows["rows"].max())
+    launches = rows.loc[(rows["rows"] == 1) & (rows["variant"] == latest), ["cpp_gemm_template", "kernel_launches"]]
+    kernels = (f" ({cell_text(launches.iloc[0, 0])} of its {cell_text(launches.iloc[0, 1])} kernels the C++ GEMM "
+               "template)" if len(launches) and pd.notna(launches.iloc[0, 1]) else "")
+    return (f"Engine variants, measured outside this run by tools/bench_engine.py on "
+            f"{machine.get('device_name', '?')} ({machine.get('torch_threads', '?')} threads, git "
+            f"{str(machine.get('git_commit', '?'))[:10]}, {provenance.get('measured_at', '?')}; "
+            f"{settings.get('reps', '?')} interleaved reps at position {settings.get('context', '?')}, "
+            f"{settings.get('weights', 'random weights')}): one cached forward of the {model} shape takes, in ms, "
+            f"{one_row}; on {latest}{kernels}, {widest} rows cost "
+            f"{cell_text(median(widest, latest) / median(1, latest))}× one row. "
+            f"All {len(bench)} rows (every model) are in the appendix.")
+
+
 def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
     fit = data.table("kv_fit")
     if fit is not None and "flop_estimate_ratio" in fit.columns:
@@ -99,6 +129,8 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
     doc.add("table", without_empty_theirs(table), "Speed ratio no-cache / cache time (median of paired reruns; "
             "eager is the seed-faithful engine). The fit, profiler and roofline tables are in the appendix.", full)
     findings(doc, kv_findings(table, engines_in(data.table("kv_summary"))))
+    if data.table("engine_bench") is not None:
+        doc.add("note", engine_bench_note(data.table("engine_bench"), data.provenance.get("engine_bench", {})))
     if contended(data, "kv_timings", "kv_summary", "kv_steps", "kv_profile"):
         doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; they are not comparable "
                 "with an idle run.")
