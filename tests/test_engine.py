@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from inferlab.core import engine as engine_module
-from inferlab.core.engine import EagerEngine, context_bucket, make_engine
+from inferlab.core import static_forward as forward_module
+from inferlab.core.engine import EagerEngine, make_engine
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
+from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.kvcache.bench import (
     STEP_LABEL,
@@ -293,13 +295,13 @@ def test_decode_reductions_equal_gemm_and_sdpa():
     torch.manual_seed(0)
     linear = torch.nn.Linear(48, 80, bias=False)
     x = torch.randn(2, 3, 48)  # batch x tokens = 6 rows
-    torch.testing.assert_close(engine_module.gemv_linear(linear, x), linear(x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(forward_module.gemv_linear(linear, x), linear(x), atol=1e-5, rtol=1e-5)
     q, k, v = torch.randn(1, 2, 2, 8), torch.randn(1, 2, 16, 8), torch.randn(1, 2, 16, 8)
     mask = torch.arange(16)[None, :] <= torch.tensor([5, 6])[:, None]
     k_garbage, v_garbage = k.clone(), v.clone()
     k_garbage[:, :, 7:], v_garbage[:, :, 7:] = 1e4, -1e4  # slots past every query: must not count
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    got = engine_module.masked_attention(q, k_garbage, v_garbage, mask)
+    got = forward_module.masked_attention(q, k_garbage, v_garbage, mask)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -307,7 +309,7 @@ def test_gemv_leaves_other_modules_to_their_own_forward():
     """A quantised kernel or a biased layer is called as it is, never read as a plain weight."""
     biased = torch.nn.Linear(8, 4, bias=True)
     x = torch.randn(1, 1, 8)
-    torch.testing.assert_close(engine_module.gemv_linear(biased, x), biased(x))
+    torch.testing.assert_close(forward_module.gemv_linear(biased, x), biased(x))
     calls = []
 
     class Recording(torch.nn.Module):
@@ -315,5 +317,5 @@ def test_gemv_leaves_other_modules_to_their_own_forward():
             calls.append(inputs.shape)
             return inputs[..., :4]
 
-    engine_module.gemv_linear(Recording(), x)
+    forward_module.gemv_linear(Recording(), x)
     assert calls == [x.shape]

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine, context_bucket, model_label
+from inferlab.core.engine import EagerEngine, Engine, model_label
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
+from inferlab.core.static_forward import context_bucket
 from inferlab.core.timing import timed_ms
 from inferlab.speculative.fused import overlap, residual_probs, sampled_step, speculative_round
 

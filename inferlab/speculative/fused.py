@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from inferlab.core.engine import static_forward
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
+from inferlab.core.static_forward import static_forward
 
 # The draft's forwards (2 rows, then 1) run as reductions rather than the C++ GEMM template: a
 # draft's weights fit in cache, so the template buys little there, and each of its kernels is
