@@ -380,14 +380,15 @@ def test_outputs_touched_after_a_code_edit_make_their_milestone_stale(completed_
 
 @pytest.mark.slow
 def test_a_config_edit_and_a_code_edit_between_two_runs_are_each_named_in_the_diff(completed_run, tmp_path):
-    """Issue 23 on the quick DAG: GPTQ's damping edited in the config and the roofline's bound
-    edited in the code, one rerun, and the diff of the two ledger entries names each cause on
+    """Issue 23 on the quick DAG: the noise floor's sigmas edited in the config and the roofline's
+    bound edited in the code, one rerun (torch-free jobs only: the floor re-judges the schemes in
+    quant_summary, it re-times none), and the diff of the two ledger entries names each cause on
     exactly the metrics it moved; nothing is unexplained."""
     workdir = tmp_path / "copy"
     shutil.copytree(completed_run, workdir, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     overlay = yaml.safe_load((workdir / "tiny.yaml").read_text(encoding="utf-8"))
-    old_damp = overlay["quantization"]["gptq"]["damp"]
-    overlay["quantization"]["gptq"]["damp"] = 0.2
+    old_sigmas = overlay["noise_floor"]["sigmas"]
+    overlay["noise_floor"]["sigmas"] = old_sigmas + 2
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(overlay, allow_unicode=True), encoding="utf-8")
     # the jobs must run the edited copy: Snakemake resolves a rule's script through symlinks, and
     # scripts/_checkout.py puts the checkout its own file resolves to first on sys.path
@@ -401,6 +402,9 @@ def test_a_config_edit_and_a_code_edit_between_two_runs_are_each_named_in_the_di
     roofline.write_text(text.replace(term, "bound_ms = 2 * max(memory_ms, compute_ms)"), encoding="utf-8")
     result = _snakemake(workdir)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    ran = set(re.findall(r"^(?:local)?rule (\w+):", result.stdout + result.stderr, re.M))
+    # roofline.py is in the probe's code too; no quant_scheme job: the floor is quant_summary's input only
+    assert ran == {"noise_floor", "quant_summary", "roofline_probe", "roofline", "report", "all"}, ran
     old, new = list_runs(workdir / "results/history")[-2:]
     table = tmp_path / "diff.csv"
     shown = subprocess.run([sys.executable, "-m", "inferlab.review.diff", str(old), str(new), "--table", str(table)],
@@ -408,11 +412,13 @@ def test_a_config_edit_and_a_code_edit_between_two_runs_are_each_named_in_the_di
     assert shown.returncode == 0, shown.stderr
     d = pd.read_csv(table)
     assert not (d["cause_kind"] == "unexplained").any(), d[d["cause_kind"] == "unexplained"].to_string()
-    gptq = d[(d["experiment"] == "quant") & d["key"].str.startswith("int4_gptq") & d["cause"].notna()]
-    assert len(gptq) and gptq["cause"].str.contains(f"quantization.gptq.damp {old_damp:g} → 0.2", regex=False).all()
+    sigmas = f"noise_floor.sigmas {old_sigmas:g} → {old_sigmas + 2:g}"
+    floor = d[(d["experiment"] == "models") & (d["metric"] == "noise_floor")]
+    assert len(floor) == 1 and floor["deterministic_differs"].all(), floor.to_string()
+    assert sigmas in floor["cause"].iloc[0], floor["cause"].tolist()
     anchor = d[(d["experiment"] == "roofline") & ~d["timing"] & d["cause"].notna()]
     assert len(anchor) and anchor["cause"].str.contains("code: roofline: inferlab/kvcache/roofline.py",
                                                         regex=False).all(), anchor["cause"].tolist()
     moved = d[d["deterministic_differs"]]
     assert set(moved["cause_kind"]) <= {"config", "code", "input"}, moved[["metric", "key", "cause"]].to_string()
-    assert "### config: quantization.gptq.damp" in shown.stdout and "### code: roofline:" in shown.stdout
+    assert "### config: noise_floor.sigmas" in shown.stdout and "### code: roofline:" in shown.stdout
