@@ -434,6 +434,13 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     assert f"compiled {compiled['best_wall_speedup']:.2f}x" in m.headline
 
 
+def test_m3_says_when_a_one_graph_round_costs_less_than_its_calls_one_by_one():
+    from inferlab.report.milestones.speculative import _rest
+
+    assert _rest(1.48) == "and the rest (accept rule, sampling, the cost of each call) +1.48"
+    assert _rest(-0.87) == "and the round as one graph costs 0.87 ms less than those calls made one by one"
+
+
 def test_m4_pass_fail_missing():
     m = check_m4(full_data(), MACHINE)
     choice = quant_tables()["quant_choice"].iloc[0]
@@ -698,7 +705,9 @@ def test_m1_names_the_compiled_steps_kernels_and_its_distance_to_the_bound():
     compiled = {**eager, "ratio": 2.0, "cached_ms_per_token": 1.0, "a_ms": 0.5, "measured_ms_per_token": 1.0,
                 "roofline_lower_bound_ms_per_token": 0.25, "decode_step_kernels": step}
     text = engine_comparison({"eager": eager, "compiled": compiled})
-    assert "its cached step is 4.0x the roofline bound" in text
+    assert "its cached step is 4.0x the roofline bound (0.2500 ms): the engine's target of at most 4x is met" in text
+    slower = engine_comparison({"eager": eager, "compiled": {**compiled, "measured_ms_per_token": 1.75}})
+    assert "7.0x the roofline bound (0.2500 ms): the engine's target of at most 4x is not met" in slower
     assert "30 kernels per step, 17 of them the C++ GEMM template over frozen weights, 0 left to ATen" in text
 
 
