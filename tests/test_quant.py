@@ -362,17 +362,6 @@ def test_choice_takes_fewest_bits_below_floor_and_explains_it():
     assert "quality only" in choice["measured"]
 
 
-def test_the_choice_states_the_measured_speedups_as_a_range_per_engine():
-    timed = [{**_row(name, 0.01), "speed_status": "measured: test kernel", "speedup_vs_fp32": eager,
-              "speedup_vs_fp32_compiled": compiled} for name, eager, compiled in
-             (("int8_per_channel_sym", 1.37, 2.58), ("int4_g64_sym", 2.15, 3.99))]
-    untimed = {**_row("int3_gptq", 0.02), "speedup_vs_fp32_compiled": float("nan")}
-    measured = quant_choice.choose_scheme(_summary([*timed, untimed]))["measured"].iloc[0]
-    assert ("decode speed measured for 2 of 3 schemes with a low-bit kernel, against fp32 on the same engine: "
-            "1.37-2.15x on eager (fastest int4_g64_sym); 2.58-3.99x on compiled (fastest int4_g64_sym); "
-            "the other 1 are quality only") in measured
-
-
 def test_choice_when_nothing_is_below_the_floor():
     summary = _summary([_row("int4_per_tensor_sym", 0.05), _row("int3_gptq", 0.03)])
     choice = quant_choice.choose_scheme(summary).iloc[0]

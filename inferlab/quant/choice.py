@@ -26,22 +26,21 @@ CHOICE_RULE = ("fewest nominal bits among schemes whose validation-loss increase
 
 
 def _speed_sentence(summary: pd.DataFrame) -> str:
-    """What was timed, as the range of speedups over fp32 per engine (each scheme's own figures
-    are in the summary table, which the report's appendix holds)."""
     timed = summary[summary["speed_status"].str.startswith("measured")]
     if timed.empty:
         return f"speed: {QUALITY_ONLY} (no scheme had a low-bit kernel available)"
-    engines = [c.removeprefix("speedup_vs_fp32") for c in summary.columns if c.startswith("speedup_vs_fp32")]
+    engines = [c.removeprefix("ms_per_token") for c in summary.columns if c.startswith("ms_per_token_")
+               and not c.endswith("_reps")]
 
-    def on_engine(suffix: str) -> str:
-        speedups = timed["speedup_vs_fp32" + suffix].astype(float)
-        fastest = timed.loc[speedups.idxmax(), "scheme"]
-        return (f"{speedups.min():.2f}-{speedups.max():.2f}x on {suffix[1:] or 'eager'} (fastest "
-                f"{fastest})")
+    def on_engine(row: dict, suffix: str) -> str:
+        label = f" on {suffix[1:]}" if suffix else ""
+        return (f"{row['ms_per_token' + suffix]:.2f} vs fp32 {row['fp32_ms_per_token' + suffix]:.2f} ms/token"
+                f"{label} ({row['speedup_vs_fp32' + suffix]:.2f}x)")
 
-    return (f"decode speed measured for {len(timed)} of {len(summary)} schemes with a low-bit kernel, "
-            f"against fp32 on the same engine: {'; '.join(on_engine(suffix) for suffix in engines)}; "
-            f"the other {len(summary) - len(timed)} are {QUALITY_ONLY}")
+    parts = [f"{row['scheme']} " + ", ".join(on_engine(row, suffix) for suffix in ["", *engines])
+             for row in timed.to_dict("records")]
+    return (f"decode speed measured for {len(timed)} of {len(summary)} schemes with a low-bit kernel "
+            f"({'; '.join(parts)}); the other {len(summary) - len(timed)} are {QUALITY_ONLY}")
 
 
 def choose_scheme(summary: pd.DataFrame) -> pd.DataFrame:
