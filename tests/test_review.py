@@ -57,6 +57,9 @@ def test_two_identical_runs_change_no_metric_and_the_report_says_so(tmp_path):
     assert set(metrics["experiment"]) >= {"kvcache", "sampling", "speculative", "quant", "models", "milestones"}
     markdown = Path(paths.markdown).read_text(encoding="utf-8")
     assert "## Changes since run " in markdown and "No metric changed beyond its noise." in markdown
+    changes = markdown[markdown.index("## Changes since"):markdown.index("## Setup")]
+    assert "changes_overlay.png" not in changes  # two equal bars per metric say nothing the sentence does not
+    assert Path(paths.figures["changes_overlay"]).stat().st_size > 0
     assert markdown.index("**M1 PASS**") < markdown.index("## Changes since") < markdown.index("## Setup")
     assert markdown.count("> Since run ") == 4 and "no change beyond noise" in markdown
 
@@ -99,6 +102,7 @@ def test_a_changed_quant_scheme_changes_only_its_rows_and_what_derives_from_them
     cards = markdown.split("## Changes since", 1)[0]
     m4_card, other_cards = cards.split("**M4 ", 1)[1], cards.split("**M4 ", 1)[0]
     assert f"delta_loss {scheme}" in m4_card and "delta_loss" not in other_cards
+    assert "changes_overlay.png" in markdown.split("## Changes since", 1)[1].split("## Setup", 1)[0]
 
 
 def test_a_pass_to_fail_flip_heads_the_diff_and_the_report(tmp_path):

@@ -204,10 +204,11 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
         ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
     ]
     groups = change_groups(changes.table)
-    blocks += groups or [("p", "No metric changed beyond its noise.")]
-    blocks.append(("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed ratios "
-                                             "and quantization Δloss, with their noise"))
-    return blocks
+    if not groups:
+        # the overlay would show two equal bars per metric: the sentence says it (the PNG is still written)
+        return blocks + [("p", "No metric changed beyond its noise.")]
+    return blocks + groups + [("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed "
+                                                         "ratios and quantization Δloss, with their noise")]
 
 
 def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:
