@@ -66,6 +66,11 @@ def _unreadable(path: str, rule: str, err: Exception) -> ReportInputError:
     )
 
 
+def _read_table(data: ReportInputs, key: str, path: str) -> None:
+    data.tables[key] = pd.read_parquet(path)
+    data.provenance[key] = read_provenance(path)
+
+
 def load_inputs(
     paths: dict[str, str],
     producers: dict[str, str],
@@ -86,8 +91,7 @@ def load_inputs(
             if str(path).endswith(".json"):
                 data.json[key] = read_json(path)
             else:
-                data.tables[key] = pd.read_parquet(path)
-                data.provenance[key] = read_provenance(path)
+                _read_table(data, key, path)
         except Exception as err:  # noqa: BLE001 - any failure to read is reported with the recovery command
             raise _unreadable(str(path), rule, err) from err
     for name, path in meta_paths.items():
@@ -105,8 +109,7 @@ def add_reference_table(data: ReportInputs, key: str, path: str, made_by: str) -
     """A committed table measured outside this run (made_by: the command that remakes it), read like
     the rule outputs: the report quotes it with its own machine stamp, and the appendix holds it."""
     try:
-        data.tables[key] = pd.read_parquet(path)
-        data.provenance[key] = read_provenance(path)
+        _read_table(data, key, path)
     except Exception as err:  # noqa: BLE001 - any failure to read is reported with the recovery command
         raise ReportInputError(f"cannot read {path}: {type(err).__name__}: {err}; remake it with {made_by}") from err
     data.paths[key] = str(path)
