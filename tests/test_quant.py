@@ -54,8 +54,8 @@ def trained():
     return train_tiny_model()
 
 
-def tiny_random_model() -> GPT:
-    return GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=2, head_dim=32, max_seq_len=64)).eval()
+def tiny_random_model(n_layer: int = 2) -> GPT:
+    return GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=n_layer, head_dim=32, max_seq_len=64)).eval()
 
 
 # ------------------------------------------------------------------------------ scheme table
@@ -288,7 +288,7 @@ def test_low_bit_kernel_model_decodes_on_the_compiled_engine_like_on_eager(schem
 
     if not quant_kernels.KERNELS[get_scheme(scheme).kernel].available("cpu"):
         pytest.skip(f"no {scheme} kernel on this CPU")
-    model = tiny_random_model()
+    model = tiny_random_model(n_layer=1)  # each layer's kernels compile for seconds; a second adds nothing
     quantised, result = quant.quantize_model(model, scheme)
     fast = quant_kernels.kernel_model(quantised, result, scheme)
     prompt = torch.tensor([[1, 2, 3]])

@@ -714,7 +714,8 @@ def test_m1_names_the_compiled_steps_kernels_and_its_distance_to_the_bound():
 def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
     """The profile table's split of a compiled step (kvcache.bench.compiled_step_split) reaches M1's
     engine sentence with its own numbers; eager's NaN split adds nothing."""
-    from inferlab.report.milestones.kv_explanation import STEP_SPLIT_COLUMNS, engine_comparison, kv_explanation
+    from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
+    from inferlab.report.milestones.kv_explanation import engine_comparison, kv_explanation
 
     split = dict(zip(STEP_SPLIT_COLUMNS, (1.0, 0.25, 0.05, 0.02, 0.18, 0.5, 31), strict=True))
     profile = pd.DataFrame([{"op_share": 0.9, "op_ms": 0.55, "wall_ms": 0.615, **split}])

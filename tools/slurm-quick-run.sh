@@ -9,10 +9,11 @@
 # then compares every deterministic table with LOCAL_RUN_DIR's (default: this checkout,
 # where .ci/run has just run the quick workflow locally) using tools/compare_runs.py.
 # EXTRA_CONFIG files are merged over config/quick.yaml, as they were for the local run.
-# The trainings listed in INFERLAB_SLURM_REUSE (default: the corpus, ref_baseline, c1_dim128 and
-# the noise reruns) are reused from LOCAL_RUN with Snakemake's records of them, so they count as
-# done; c1_dim64's training and every job after the trainings run as SLURM jobs, so each rule
-# still goes through sbatch once. INFERLAB_SLURM_REUSE="" runs the whole DAG through SLURM.
+# By default the copy starts from LOCAL_RUN's results and Snakemake's records of them, and only
+# the quickest job of each rule reruns, as a SLURM job (tools/slurm_rerun_picks.py, in waves so that
+# a forced upstream job never drags its unpicked downstream along): each rule goes through sbatch
+# once, and the comparison checks what those jobs wrote. INFERLAB_SLURM_REUSE=0 runs the whole DAG
+# through SLURM instead, from nothing.
 # The cluster is torn down and the copy removed on every exit, failures included.
 # INFERLAB_SLURM_TIMEOUT (seconds, default 3600) bounds the cluster run.
 set -euo pipefail
@@ -36,15 +37,16 @@ tools/slurm-local.sh up
 git ls-files -z --cached --others --exclude-standard \
     | tar --null -T - --ignore-failed-read -cf - | tar -xf - -C "$WORK"
 ln -s "$REPO/.venv" "$WORK/.venv"
-REUSE=${INFERLAB_SLURM_REUSE-results/corpus results/models/ref_baseline results/models/c1_dim128 results/noise}
-if [[ -n $REUSE ]]; then
-    echo "== reused from $LOCAL_RUN (not run through SLURM): $REUSE"
-    for path in $REUSE; do
-        mkdir -p "$WORK/$(dirname "$path")"
-        cp -a "$LOCAL_RUN/$path" "$WORK/$path"
-    done
+REUSE=${INFERLAB_SLURM_REUSE:-1}
+if [[ $REUSE == 1 ]]; then
+    echo "== starting from $LOCAL_RUN's results; rerun through SLURM, the quickest job of each rule:"
+    mapfile -t WAVES < <(.venv/bin/python tools/slurm_rerun_picks.py "$LOCAL_RUN")
+    [[ ${#WAVES[@]} -gt 0 ]] || { echo "no finished job recorded in $LOCAL_RUN" >&2; exit 1; }
+    cp -a "$LOCAL_RUN/results" "$WORK/"
     mkdir -p "$WORK/.snakemake"
     cp -a "$LOCAL_RUN/.snakemake/metadata" "$WORK/.snakemake/"
+else
+    WAVES=("")  # one wave, no targets: the default target, everything through SLURM
 fi
 
 # The plugin polls 40 s after a submission and backs off by 10 s per idle poll; on this
@@ -53,10 +55,15 @@ fi
 # cluster keeps the profile's default.
 echo "== quick workflow through SLURM in $WORK"
 start=$(date +%s)
-(cd "$WORK" && timeout -k 60 "${INFERLAB_SLURM_TIMEOUT:-3600}" .venv/bin/snakemake \
-    --workflow-profile workflow/profiles/slurm --slurm-status-command squeue \
-    --slurm-init-seconds-before-status-checks 1 \
-    --configfile config/quick.yaml "${EXTRA_CONFIGS[@]}" --config corpus_path="$CORPUS")
+for wave in "${WAVES[@]}"; do
+    read -ra targets <<< "$wave"
+    force=()
+    [[ ${#targets[@]} -gt 0 ]] && force=(--force "${targets[@]}")
+    (cd "$WORK" && timeout -k 60 "${INFERLAB_SLURM_TIMEOUT:-3600}" .venv/bin/snakemake "${force[@]}" \
+        --workflow-profile workflow/profiles/slurm --slurm-status-command squeue \
+        --slurm-init-seconds-before-status-checks 1 \
+        --configfile config/quick.yaml "${EXTRA_CONFIGS[@]}" --config corpus_path="$CORPUS")
+done
 echo "== quick workflow through SLURM took $(( $(date +%s) - start )) s"
 submitted=$(cat "$WORK"/.snakemake/log/*.snakemake.log | grep -c "submitted with SLURM jobid" || true)
 echo "== $submitted jobs ran as SLURM jobs; the first ones and what squeue still knows:"

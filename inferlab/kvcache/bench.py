@@ -35,6 +35,7 @@ from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
 from inferlab.core.timing import synchronize, timed_ms
+from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 
 MODES = ("cache", "no_cache")
 STEP_LABEL = "inferlab::cached_decode_step"
@@ -220,9 +221,6 @@ def operator_share(events, label: str = STEP_LABEL) -> tuple[pd.DataFrame, pd.Da
 GUARD_LOOKUP = "TorchDynamo Cache Lookup"
 COMPILED_REGION = "Torch-Compiled Region"
 GRAPH_CALL = "## Call CompiledFxGraph"
-# The profile table's columns for where a compiled step's time goes (NaN on eager).
-STEP_SPLIT_PARTS = ("entry_ms", "guard_ms", "wrapper_ms", "graph_code_ms", "kernel_ms")  # sum to split_step_ms
-STEP_SPLIT_COLUMNS = ("split_step_ms", *STEP_SPLIT_PARTS, "kernel_events")
 
 
 def _total_ms(events) -> float:

@@ -23,8 +23,8 @@ from inferlab.core.generate import generate
 from inferlab.core.timing import timed_ms
 from inferlab.quant import kernels as quant_kernels
 from inferlab.quant import methods as quant
-from inferlab.quant.choice import QUALITY_ONLY
 from inferlab.quant.gptq import calibration_windows
+from inferlab.quant.schemes import QUALITY_ONLY
 
 BASELINE = "fp32 weights of the same checkpoint, evaluated in the same job with the same code"
 GPTQ_KEYS = ("calibration_windows", "damp", "block_size", "seed")  # config quantization.gptq

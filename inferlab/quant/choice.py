@@ -7,10 +7,8 @@ import math
 
 import pandas as pd
 
-from inferlab.quant.schemes import get_scheme
+from inferlab.quant.schemes import QUALITY_ONLY, get_scheme
 from inferlab.training.noise_floor import within_noise
-
-QUALITY_ONLY = "quality only"
 
 
 def choice_key(row: dict) -> tuple:

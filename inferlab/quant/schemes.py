@@ -10,6 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 SCALE_BITS = 16  # one 16-bit float per scale
+# How a scheme's speed cell reads when it has no low-bit kernel: the bench writes it, the choice
+# sentence counts it.
+QUALITY_ONLY = "quality only"
 
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS, STEP_SPLIT_PARTS
 from inferlab.report.milestones.common import ENGINE_ORDER
 from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
@@ -89,12 +90,10 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
     return " " + "; ".join(p[0].upper() + p[1:] for p in parts) + "."
 
 
-# The columns M1 reads (kvbench.fit_table, roofline.our_roofline, kvbench.STEP_SPLIT_COLUMNS).
+# The columns M1 reads (kvbench.fit_table, roofline.our_roofline, and the profile's step split).
 FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
                "fixed_share_no_cache", "a_cache_ms")
 ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_over_bound")
-STEP_SPLIT_PARTS = ("entry_ms", "guard_ms", "wrapper_ms", "graph_code_ms", "kernel_ms")  # sum to split_step_ms
-STEP_SPLIT_COLUMNS = ("split_step_ms", *STEP_SPLIT_PARTS, "kernel_events")
 
 
 def kv_explanation(
