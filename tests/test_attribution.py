@@ -54,7 +54,8 @@ def _write(path: str, df: pd.DataFrame, rule: str, params: dict, inputs: list[st
 
 
 def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: Path = CHECKOUT,
-             node: str = "vm", drift: dict[str, float] | None = None) -> tuple[pd.DataFrame, dict]:
+             node: str = "vm", drift: dict[str, float] | None = None,
+             training_seconds: float = 60.0) -> tuple[pd.DataFrame, dict]:
     """One run in workdir: (its metrics table, its causes record). Numbers follow from the settings,
     as a deterministic pipeline's would; `drift` adds to metric values behind the lineage's back."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +75,7 @@ def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: 
                             ["data/corpus.txt"])
         (model_dir / "meta.json").write_text(json.dumps({
             "weights_sha256": file_sha256(model_dir / "model.safetensors"), "val_loss": val_loss,
-            "lineage": train, "machine": machine}), encoding="utf-8")
+            "wall_time_s": training_seconds, "lineage": train, "machine": machine}), encoding="utf-8")
         weights = str(model_dir / "model.safetensors")
         scheme_paths = []
         for scheme, gptq in (("int8", None), ("gptq_4b", {"damp": damp})):
@@ -88,7 +89,7 @@ def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: 
                _job("quant_summary", code_root, schemes=["int8", "gptq_4b"], gptq={"damp": damp}), scheme_paths,
                machine)
         _write("results/kvcache/summary.parquet", pd.DataFrame({"length": [16], "ms": [1.0]}), "kvcache_summary",
-               _job("kvcache_summary", code_root, lengths=[16]), [weights], machine)
+               _job("kvcache_summary", code_root, lengths=[16]), [weights, str(model_dir / "meta.json")], machine)
         _write("results/sampling/repetition.parquet", pd.DataFrame({"cell": ["greedy"], "mean": [0.3]}),
                "sampling_repetition", _job("sampling_repetition", code_root, n_boot=200), [weights], machine)
         sources = {"quant_summary": "results/quant/summary.parquet", "kv_summary": "results/kvcache/summary.parquet",
@@ -171,6 +172,16 @@ def test_a_retraining_is_named_by_the_training_setting_that_caused_it(tmp_path):
     assert causes[("quant", "gptq_4b")] == causes[("quant", "int8")]
     groups = diff_summary.cause_groups(d[d.cause.notna()])
     assert [g[0] for g in groups] == [CONFIG, INPUT]
+
+
+def test_a_retraining_to_the_same_weights_is_no_cause_though_its_meta_records_another_time(tmp_path):
+    """The speculative and timing jobs read a checkpoint's meta.json beside its weights; a training
+    that took longer but wrote the same weights changes nothing downstream."""
+    faster = {("kvcache", "16 cache"): -0.5}  # the timing moved: what made it move?
+    same = causes_of(explained(tmp_path, {"training_seconds": 60.0}, {"training_seconds": 75.0, "drift": faster}))
+    assert same[("kvcache", "16 cache")].startswith("noise: nothing recorded differs"), same
+    retrained = causes_of(explained(tmp_path / "steps", {"steps": 500}, {"steps": 600, "drift": faster}))
+    assert retrained[("kvcache", "16 cache")].startswith("input: checkpoint ref retrained: config:")
 
 
 def test_a_node_change_makes_a_timing_not_comparable_and_says_so(tmp_path):

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from inferlab.review.causes import META_FILE, lineage_key
+from inferlab.review.causes import META_FILE, WEIGHTS_SUFFIX, lineage_key
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 
 UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORDED = (
@@ -177,7 +177,7 @@ class Walk:
         causes = []
         old_inputs, new_inputs = old.get("inputs_sha256") or {}, new.get("inputs_sha256") or {}
         for path in sorted(old_inputs.keys() | new_inputs.keys()):
-            if old_inputs.get(path) != new_inputs.get(path):
+            if old_inputs.get(path) != new_inputs.get(path) and not _same_weights_beside(path, old_inputs, new_inputs):
                 causes += self._input_causes(path, old_inputs.get(path), new_inputs.get(path))
         if causes:
             return _unique(causes)
@@ -197,6 +197,15 @@ class Walk:
         verb = " retrained" if label(path).startswith("checkpoint ") else ""
         return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else Cause(INPUT, f"{label(path)}{verb}: {c}")
                 for c in upstream]
+
+
+def _same_weights_beside(path: str, old_inputs: Mapping, new_inputs: Mapping) -> bool:
+    """A checkpoint's meta.json also records how long its training took, so a retraining to the same
+    weights rewrites it: with the weights beside it unchanged, the checkpoint is the same."""
+    if PurePosixPath(path).name != META_FILE:
+        return False
+    weights = str(PurePosixPath(path).with_name(WEIGHTS_SUFFIX))
+    return weights in old_inputs and weights in new_inputs and old_inputs[weights] == new_inputs[weights]
 
 
 def _unique(causes: list[Cause]) -> list[Cause]:
