@@ -55,6 +55,14 @@ def test_a_job_whose_outputs_are_gone_is_not_picked(tmp_path):
     assert picks.quickest_job_outputs(run)["train"] == ["m/a"]
 
 
+def test_a_rule_with_no_complete_job_is_named_not_silently_skipped(tmp_path, capsys):
+    """CI's snapshot once held results/ but not reports/: the report rule must say it was left out."""
+    run = _run_dir(tmp_path)
+    (run / "s").unlink()
+    assert "summary" not in picks.quickest_job_outputs(run)
+    assert "not picked: summary" in capsys.readouterr().err
+
+
 def test_a_run_without_records_is_an_error_that_says_so(tmp_path, capsys):
     assert picks.main([str(tmp_path)]) == 1
     assert "no finished job is recorded" in capsys.readouterr().err

@@ -43,6 +43,7 @@ if [[ $REUSE == 1 ]]; then
     mapfile -t WAVES < <(.venv/bin/python tools/slurm_rerun_picks.py "$LOCAL_RUN")
     [[ ${#WAVES[@]} -gt 0 ]] || { echo "no finished job recorded in $LOCAL_RUN" >&2; exit 1; }
     cp -a "$LOCAL_RUN/results" "$WORK/"
+    if [[ -d $LOCAL_RUN/reports ]]; then cp -a "$LOCAL_RUN/reports" "$WORK/"; fi
     mkdir -p "$WORK/.snakemake"
     cp -a "$LOCAL_RUN/.snakemake/metadata" "$WORK/.snakemake/"
 else

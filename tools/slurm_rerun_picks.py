@@ -54,14 +54,18 @@ def quickest_job_outputs(run_dir: Path) -> dict[str, list[str]]:
         present = [job for job in jobs if all((run_dir / path).exists() for path in job["outputs"])]
         if present:
             picks[rule] = min(present, key=lambda job: (job["end"] - job["start"], job["outputs"][0]))["outputs"]
+        else:
+            print(f"not picked: {rule} (no recorded job of it has all its outputs in {run_dir}, "
+                  f"e.g. {jobs[0]['outputs'][0]})", file=sys.stderr)
     return picks
 
 
-def waves(run_dir: Path) -> list[list[str]]:
-    """The picks' outputs grouped into waves; a pick that reaches a later-wave pick only through
-    other picks (or directly) shares its wave, one that reaches it through a job not picked does not."""
+def waves(run_dir: Path, picks: dict[str, list[str]] | None = None) -> list[list[str]]:
+    """The picks' outputs (default: quickest_job_outputs) grouped into waves; a pick that reaches a
+    later-wave pick only through other picks (or directly) shares its wave, one that reaches it
+    through a job not picked does not."""
     jobs = [job for rule_jobs in recorded_jobs(run_dir).values() for job in rule_jobs]
-    picked = {tuple(outputs) for outputs in quickest_job_outputs(run_dir).values()}
+    picked = {tuple(outputs) for outputs in (quickest_job_outputs(run_dir) if picks is None else picks).values()}
     producer = {path: job_index for job_index, job in enumerate(jobs) for path in job["outputs"]}
     consumers: dict[int, set[int]] = defaultdict(set)
     for job_index, job in enumerate(jobs):
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for rule, outputs in picks.items():
         print(f"{rule}: {' '.join(outputs)}", file=sys.stderr)
-    for outputs in waves(args.run_dir):
+    for outputs in waves(args.run_dir, picks):
         print(" ".join(outputs))
     return 0
 
