@@ -55,7 +55,7 @@ def _write(path: str, df: pd.DataFrame, rule: str, params: dict, inputs: list[st
 
 def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: Path = CHECKOUT,
              node: str = "vm", drift: dict[str, float] | None = None,
-             training_seconds: float = 60.0) -> tuple[pd.DataFrame, dict]:
+             training_seconds: float = 60.0, timing_reads_weights: bool = True) -> tuple[pd.DataFrame, dict]:
     """One run in workdir: (its metrics table, its causes record). Numbers follow from the settings,
     as a deterministic pipeline's would; `drift` adds to metric values behind the lineage's back."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,9 @@ def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: 
                _job("quant_summary", code_root, schemes=["int8", "gptq_4b"], gptq={"damp": damp}), scheme_paths,
                machine)
         _write("results/kvcache/summary.parquet", pd.DataFrame({"length": [16], "ms": [1.0]}), "kvcache_summary",
-               _job("kvcache_summary", code_root, lengths=[16]), [weights, str(model_dir / "meta.json")], machine)
+               _job("kvcache_summary", code_root, lengths=[16]),
+               [weights, str(model_dir / "meta.json")] if timing_reads_weights else [str(model_dir / "meta.json")],
+               machine)
         _write("results/sampling/repetition.parquet", pd.DataFrame({"cell": ["greedy"], "mean": [0.3]}),
                "sampling_repetition", _job("sampling_repetition", code_root, n_boot=200), [weights], machine)
         sources = {"quant_summary": "results/quant/summary.parquet", "kv_summary": "results/kvcache/summary.parquet",
@@ -174,13 +176,18 @@ def test_a_retraining_is_named_by_the_training_setting_that_caused_it(tmp_path):
     assert [g[0] for g in groups] == [CONFIG, INPUT]
 
 
-def test_a_retraining_to_the_same_weights_is_no_cause_though_its_meta_records_another_time(tmp_path):
-    """The speculative and timing jobs read a checkpoint's meta.json beside its weights; a training
-    that took longer but wrote the same weights changes nothing downstream."""
+@pytest.mark.parametrize("reads_weights", [True, False])
+def test_a_retraining_to_the_same_weights_is_no_cause_though_its_meta_records_another_time(tmp_path, reads_weights):
+    """The speculative jobs read a checkpoint's meta.json beside its weights, and their summary reads
+    the meta.json alone; a training that took longer but wrote the same weights changes nothing
+    downstream of either."""
     faster = {("kvcache", "16 cache"): -0.5}  # the timing moved: what made it move?
-    same = causes_of(explained(tmp_path, {"training_seconds": 60.0}, {"training_seconds": 75.0, "drift": faster}))
+    runs = {"timing_reads_weights": reads_weights}
+    same = causes_of(explained(tmp_path, {**runs, "training_seconds": 60.0},
+                               {**runs, "training_seconds": 75.0, "drift": faster}))
     assert same[("kvcache", "16 cache")].startswith("noise: nothing recorded differs"), same
-    retrained = causes_of(explained(tmp_path / "steps", {"steps": 500}, {"steps": 600, "drift": faster}))
+    retrained = causes_of(explained(tmp_path / "steps", {**runs, "steps": 500},
+                                    {**runs, "steps": 600, "drift": faster}))
     assert retrained[("kvcache", "16 cache")].startswith("input: checkpoint ref retrained: config:")
 
 

@@ -177,12 +177,24 @@ class Walk:
         causes = []
         old_inputs, new_inputs = old.get("inputs_sha256") or {}, new.get("inputs_sha256") or {}
         for path in sorted(old_inputs.keys() | new_inputs.keys()):
-            if old_inputs.get(path) != new_inputs.get(path) and not _same_weights_beside(path, old_inputs, new_inputs):
+            if old_inputs.get(path) != new_inputs.get(path) and not self._same_checkpoint(path, old_inputs, new_inputs):
                 causes += self._input_causes(path, old_inputs.get(path), new_inputs.get(path))
         if causes:
             return _unique(causes)
         moved = machine_changes(old.get("machine"), new.get("machine"))
         return [Cause(MACHINE, f"{new.get('rule')} ran on another machine: {moved}")] if moved else []
+
+    def _same_checkpoint(self, path: str, old_inputs: Mapping, new_inputs: Mapping) -> bool:
+        """A checkpoint's meta.json also records how long its training took, so a retraining to the
+        same weights rewrites it: with the same weights (the input beside it, or the hash each run's
+        meta.json records), the checkpoint is the same."""
+        if PurePosixPath(path).name != META_FILE:
+            return False
+        weights = str(PurePosixPath(path).with_name(WEIGHTS_SUFFIX))
+        if weights in old_inputs and weights in new_inputs:
+            return old_inputs[weights] == new_inputs[weights]
+        old, new = ((entry or {}).get("weights_sha256") for entry in self.entries(path))
+        return old is not None and old == new
 
     def _input_causes(self, path: str, old_sha, new_sha) -> list[Cause]:
         upstream = self.file_causes(path)
@@ -197,15 +209,6 @@ class Walk:
         verb = " retrained" if label(path).startswith("checkpoint ") else ""
         return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else Cause(INPUT, f"{label(path)}{verb}: {c}")
                 for c in upstream]
-
-
-def _same_weights_beside(path: str, old_inputs: Mapping, new_inputs: Mapping) -> bool:
-    """A checkpoint's meta.json also records how long its training took, so a retraining to the same
-    weights rewrites it: with the weights beside it unchanged, the checkpoint is the same."""
-    if PurePosixPath(path).name != META_FILE:
-        return False
-    weights = str(PurePosixPath(path).with_name(WEIGHTS_SUFFIX))
-    return weights in old_inputs and weights in new_inputs and old_inputs[weights] == new_inputs[weights]
 
 
 def _unique(causes: list[Cause]) -> list[Cause]:

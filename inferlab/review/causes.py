@@ -63,7 +63,8 @@ def _file_entry(provenance: Mapping) -> dict | None:
     return {"rule": lineage.get("rule"), "code_sha256": lineage.get("code_sha256"),
             "config_sha256": lineage.get("config_sha256"), "settings": lineage.get("settings"),
             "inputs_sha256": dict(lineage.get("inputs_sha256") or {}),
-            "machine": dict(machine) if isinstance(machine, Mapping) else None}
+            "machine": dict(machine) if isinstance(machine, Mapping) else None,
+            "weights_sha256": provenance.get("weights_sha256")}  # a checkpoint's meta.json only
 
 
 def walk_files(sources: Mapping[str, str], workdir: Path) -> dict[str, dict]:
