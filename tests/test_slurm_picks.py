@@ -24,6 +24,10 @@ JOBS = [
 ]
 
 
+def _quickest(run: Path) -> dict[str, list[str]]:
+    return picks.quickest_job_outputs(run, picks.recorded_jobs(run))
+
+
 def _run_dir(tmp_path: Path, jobs=JOBS) -> Path:
     metadata = tmp_path / ".snakemake/metadata"
     metadata.mkdir(parents=True)
@@ -38,7 +42,7 @@ def _run_dir(tmp_path: Path, jobs=JOBS) -> Path:
 
 
 def test_each_rule_reruns_its_quickest_job_once(tmp_path):
-    assert picks.quickest_job_outputs(_run_dir(tmp_path)) == {
+    assert _quickest(_run_dir(tmp_path)) == {
         "corpus": ["c/text", "c/vocab"], "experiment": ["e/a"], "summary": ["s"], "train": ["m/b"]}
 
 
@@ -46,20 +50,22 @@ def test_a_pick_that_feeds_another_through_an_unpicked_job_waits_for_a_later_wav
     """Forcing the corpus beside experiment a would retrain model a (not picked) and rerun it;
     forcing training b beside the summary would rerun experiment b. Experiment a feeds the summary
     directly, so the two share the first wave."""
-    assert picks.waves(_run_dir(tmp_path)) == [["e/a", "s"], ["c/text", "c/vocab", "m/b"]]
+    run = _run_dir(tmp_path)
+    jobs = picks.recorded_jobs(run)
+    assert picks.waves(jobs, picks.quickest_job_outputs(run, jobs)) == [["e/a", "s"], ["c/text", "c/vocab", "m/b"]]
 
 
 def test_a_job_whose_outputs_are_gone_is_not_picked(tmp_path):
     run = _run_dir(tmp_path)
     (run / "m/b").unlink()
-    assert picks.quickest_job_outputs(run)["train"] == ["m/a"]
+    assert _quickest(run)["train"] == ["m/a"]
 
 
 def test_a_rule_with_no_complete_job_is_named_not_silently_skipped(tmp_path, capsys):
     """CI's snapshot once held results/ but not reports/: the report rule must say it was left out."""
     run = _run_dir(tmp_path)
     (run / "s").unlink()
-    assert "summary" not in picks.quickest_job_outputs(run)
+    assert "summary" not in _quickest(run)
     assert "not picked: summary" in capsys.readouterr().err
 
 

@@ -47,10 +47,10 @@ def recorded_jobs(run_dir: Path) -> dict[str, list[dict]]:
     return dict(by_rule)
 
 
-def quickest_job_outputs(run_dir: Path) -> dict[str, list[str]]:
-    """rule -> the outputs of its quickest recorded job that still exist in run_dir."""
+def quickest_job_outputs(run_dir: Path, jobs_by_rule: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """rule -> the outputs of its quickest recorded job (of recorded_jobs) that still exist in run_dir."""
     picks = {}
-    for rule, jobs in sorted(recorded_jobs(run_dir).items()):
+    for rule, jobs in sorted(jobs_by_rule.items()):
         present = [job for job in jobs if all((run_dir / path).exists() for path in job["outputs"])]
         if present:
             picks[rule] = min(present, key=lambda job: (job["end"] - job["start"], job["outputs"][0]))["outputs"]
@@ -60,12 +60,11 @@ def quickest_job_outputs(run_dir: Path) -> dict[str, list[str]]:
     return picks
 
 
-def waves(run_dir: Path, picks: dict[str, list[str]] | None = None) -> list[list[str]]:
-    """The picks' outputs (default: quickest_job_outputs) grouped into waves; a pick that reaches a
-    later-wave pick only through other picks (or directly) shares its wave, one that reaches it
-    through a job not picked does not."""
-    jobs = [job for rule_jobs in recorded_jobs(run_dir).values() for job in rule_jobs]
-    picked = {tuple(outputs) for outputs in (quickest_job_outputs(run_dir) if picks is None else picks).values()}
+def waves(jobs_by_rule: dict[str, list[dict]], picks: dict[str, list[str]]) -> list[list[str]]:
+    """The picks' outputs grouped into waves; a pick that reaches a later-wave pick only through
+    other picks (or directly) shares its wave, one that reaches it through a job not picked does not."""
+    jobs = [job for rule_jobs in jobs_by_rule.values() for job in rule_jobs]
+    picked = {tuple(outputs) for outputs in picks.values()}
     producer = {path: job_index for job_index, job in enumerate(jobs) for path in job["outputs"]}
     consumers: dict[int, set[int]] = defaultdict(set)
     for job_index, job in enumerate(jobs):
@@ -104,13 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args(argv)
-    picks = quickest_job_outputs(args.run_dir)
+    jobs_by_rule = recorded_jobs(args.run_dir)
+    picks = quickest_job_outputs(args.run_dir, jobs_by_rule)
     if not picks:
         print(f"no finished job is recorded under {args.run_dir}/.snakemake/metadata", file=sys.stderr)
         return 1
     for rule, outputs in picks.items():
         print(f"{rule}: {' '.join(outputs)}", file=sys.stderr)
-    for outputs in waves(args.run_dir, picks):
+    for outputs in waves(jobs_by_rule, picks):
         print(" ".join(outputs))
     return 0
 
