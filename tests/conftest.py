@@ -7,6 +7,12 @@ import random
 import pytest
 import torch
 
+from inferlab.core.graph_cache import pin_cacheable_freezing
+
+# Each job process pins this before its first compile; a test process pins it once, so that the
+# order in which a worker meets engines (template or default lowering) changes nothing.
+pin_cacheable_freezing()
+
 CHINESE_NUMERALS = "一二三四五六七八九十"
 
 

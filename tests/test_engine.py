@@ -173,6 +173,29 @@ def test_freezing_is_scoped_and_each_model_keeps_its_own_constants():
     assert first.stamp()["frozen_weights"] is True and len(first.compile_ms) == 2
 
 
+def test_frozen_graphs_are_cached_on_disk_under_their_weights():
+    """A second engine compiling a copy of the same weights loads the graph from inductor's on-disk
+    cache; a model of the same shape with other weights misses it and runs with its own weights
+    (keyed by shape alone, inductor would hand it the first model's packed weights)."""
+    counters = torch._dynamo.utils.counters["inductor"]
+    model = perturbed(tiny_gpt(32, 7), 0.5, torch.seed())  # weights no earlier test run has cached
+    other = perturbed(model, 0.5, torch.seed())
+    ids = torch.tensor([[5, 2, 8]])
+    engines = [make_engine("compiled", check=False) for _ in range(3)]
+    assert all(engine.stamp()["graph_cache"] for engine in engines)
+    outcomes = []
+    for engine, each in zip(engines, (model, copy.deepcopy(model), other), strict=True):
+        before = counters["fxgraph_cache_hit"], counters["fxgraph_cache_miss"]
+        session = engine.open(each)
+        session.forward(ids[:, :2], 0)
+        got = session.forward(ids[:, 2:], 2)[0]
+        with torch.no_grad():
+            torch.testing.assert_close(got, each(ids)[0, 2:], atol=1e-4, rtol=0)
+        outcomes.append(("hit" if counters["fxgraph_cache_hit"] > before[0] else "")
+                        + ("miss" if counters["fxgraph_cache_miss"] > before[1] else ""))
+    assert outcomes == ["miss", "hit", "miss"]
+
+
 def test_profile_splits_a_compiled_step_into_fixed_costs_and_kernels(one_layer):
     """Experiment 1's profile on the compiled engine: each step's wall time is exactly the Python
     before the compiled frame, the guards, the wrappers, the graph's own code and its kernels; every

@@ -36,6 +36,7 @@ from types import ModuleType
 import torch
 from torch._inductor.codecache import PyCodeCache
 
+from inferlab.core.graph_cache import WeightsKey, pin_cacheable_freezing, weights_digest
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import GEMV_MAX_ROWS, context_bucket, full_forward, static_forward
 
@@ -186,6 +187,14 @@ class CompiledEngine:
         # and where its parameters live (walking model.parameters() on every call cost more than a step)
         self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
         self._parameter_slots: weakref.WeakKeyDictionary[GPT, list] = weakref.WeakKeyDictionary()
+        self._digests: weakref.WeakKeyDictionary[GPT, str] = weakref.WeakKeyDictionary()
+        self._weights_keys: dict[tuple[str, ...], WeightsKey] = {}
+        # Frozen graphs whose projections all go to the C++ GEMM template (which prunes the MKL-packed
+        # copies anyway) can go to inductor's on-disk cache, keyed by their weights (core/graph_cache.py).
+        # Inductor's default lowering (Experiment 4's kernels) keeps its oneDNN-packed linears.
+        backends = self.options.get("max_autotune_gemm_backends", "")
+        through_template = self.options.get("max_autotune") and "CPP" in backends
+        self.graph_cache = bool(freeze_weights and through_template and pin_cacheable_freezing())
         # the uncached baseline grows by one token per step: one graph with a symbolic length, compiled
         # plainly (autotuning and constants per length would cost minutes for a baseline)
         self._full = torch.compile(full_forward, fullgraph=True, dynamic=True)
@@ -237,6 +246,7 @@ class CompiledEngine:
         """
         for model in models:
             self._check_weights(model)
+        weights_key = self._weights_key(models)
         compiled = self._functions.get(fn)
         if compiled is None:
             compiled = self._functions[fn] = torch.compile(fn, fullgraph=True, dynamic=False,
@@ -246,13 +256,25 @@ class CompiledEngine:
             # dynamo reads the global flag when it traces: set only around the compiled call, by
             # hand (config.patch builds a class per call: measured 10% of a small model's step)
             inductor_config = torch._inductor.config
-            before = inductor_config.freezing
+            before = inductor_config.freezing, inductor_config.post_grad_custom_post_pass
             inductor_config.freezing = self.freeze_weights
+            inductor_config.post_grad_custom_post_pass = weights_key
             try:
                 return compiled(*models, *args)
             finally:
-                inductor_config.freezing = before
+                inductor_config.freezing, inductor_config.post_grad_custom_post_pass = before
         return self._accounted(label, run)
+
+    def _weights_key(self, models: tuple[GPT, ...]) -> WeightsKey | None:
+        """What names these models' frozen weights in the on-disk graph cache (None when the weights
+        are graph inputs). Hashed once per model: _check_weights refuses weights changed since."""
+        if not self.freeze_weights:
+            return None
+        digests = tuple(self._digests.get(m) or self._digests.setdefault(m, weights_digest(m)) for m in models)
+        key = self._weights_keys.get(digests)
+        if key is None:
+            key = self._weights_keys[digests] = WeightsKey(digests)
+        return key
 
     def _accounted(self, label: str, run: Callable):
         """run(), and when it compiled (inductor loaded new generated code) its time and kernels."""
@@ -286,7 +308,8 @@ class CompiledEngine:
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.compile_ms.values())),
                 "compile_ms": dict(self.compile_ms), "inductor_options": self.options,
-                "frozen_weights": self.freeze_weights, "gemv_max_rows": self.gemv_max_rows,
+                "frozen_weights": self.freeze_weights, "graph_cache": self.graph_cache,
+                "gemv_max_rows": self.gemv_max_rows,
                 "kernels": dict(self.kernels)}
 
 
