@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import types
 
 import pandas as pd
 import pytest
@@ -235,6 +236,43 @@ def test_weights_changed_after_freezing_are_refused(compiled, change):
             mlp.up.weight.add_(0.1)
     with pytest.raises(RuntimeError, match="weights changed after the compiled engine froze them"):
         session.forward(torch.tensor([[2]]), 1)
+
+
+PYTHON_WRAPPER = """
+cpp_fused_norm_0 = async_compile.cpp_pybinding(['float*'], r\'\'\'void kernel(float* x) {}\'\'\')
+cpp_fused_mm_1 = async_compile.cpp_pybinding(['float*'], r\'\'\'void kernel_micro_gemm(); void kernel() {}\'\'\')
+def call(args):
+    cpp_fused_norm_0(buf0)
+    cpp_fused_mm_1(buf0, constant0, buf1)
+    extern_kernels.mm(buf1, arg0, out=buf2)
+    cpp_fused_mm_1(buf2, constant1, buf3)
+"""
+CPP_WRAPPER = """
+cpp_wrapper_src = (r\'\'\'
+void cpp_fused_mm_1(const float* X, const float* W, float* Y);
+void inductor_entry_impl(AtenTensorHandle* input_handles) {
+    cpp_fused_norm_0((float*)(buf0.data_ptr()));
+    cpp_fused_mm_1((const float*)(buf0.data_ptr()), (const float*)(constant0.data_ptr()), (float*)(buf1.data_ptr()));
+    aoti_torch_empty_strided(2, int_array_0, int_array_1, dtype, device, 0, &buf2_handle);
+    aoti_torch_cpu_mm_out(buf2, buf1, arg0);
+    cpp_fused_mm_1((const float*)(buf2.data_ptr()), (const float*)(constant1.data_ptr()), (float*)(buf3.data_ptr()));
+} // inductor_entry_impl
+extern "C" void cpp_fused_norm_0(float* x) {}
+inline void cpp_fused_mm_1_micro_gemm_kernel() {}
+void cpp_fused_mm_1(const float* X, const float* W, float* Y) { cpp_fused_mm_1_micro_gemm_kernel(); }
+\'\'\')
+"""
+
+
+@pytest.mark.parametrize("source", [PYTHON_WRAPPER, CPP_WRAPPER], ids=["python wrapper", "cpp_wrapper"])
+def test_kernel_count_reads_either_wrapper_inductor_writes(source, tmp_path):
+    """Three launches per call, two of them the C++ GEMM template, one library GEMM, whether the graph's
+    code is Python calling bindings or one C++ source (the bench's cpp_wrapper variant)."""
+    path = tmp_path / "graph.py"
+    path.write_text(source)
+    module = types.ModuleType("graph")
+    module.__file__ = str(path)
+    assert engine_module.count_kernels([module]) == {"kernel_launches": 3, "cpp_gemm_template": 2, "aten_calls": 1}
 
 
 def test_failed_compile_falls_back_and_stamps_eager(monkeypatch):

@@ -18,6 +18,8 @@ did not reach inductor's C++ GEMM template shows 0 template kernels):
 - eager: GPT.forward with the growing cache;
 - reductions: the previous compiled engine's projections (<= 2 rows as reductions, MKL GEMM
   beyond), weights as graph inputs (not frozen), today's masked attention;
+- cpp_wrapper: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), tried and not
+  taken: faster per call, but each graph compiles as one C++ unit (see core/engine.py);
 - frozen_gemm: today's compiled engine, weights frozen, the C++ GEMM template for every row count.
 Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
 compiled steps (reference) and as one graph (fused), and the fused target-only step beside them.
@@ -35,7 +37,7 @@ import pandas as pd
 import torch
 
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import EagerEngine, make_engine
+from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine
 from inferlab.core.model import GPT
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.tables import write_table
@@ -45,6 +47,7 @@ MODELS = {"ref_baseline": 256, "c1_dim128": 128, "c1_dim64": 64}
 VARIANTS = {
     "eager": ("eager", {}),
     "reductions": ("compiled", {"inductor_options": {}, "freeze_weights": False, "gemv_max_rows": 2}),
+    "cpp_wrapper": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": True}}),
     "frozen_gemm": ("compiled", {}),
 }
 

@@ -49,8 +49,13 @@ ENGINE_NAMES = ("eager", "compiled")
 # reads each packed weight panel once for all the rows of a forward. tools/bench_engine.py, 2-core
 # AMD EPYC (Zen 3, AVX2 only), ref_baseline's shape at position 255, median ms at 1/2/3/5/9 rows:
 # the previous form (reductions up to 2 rows, MKL GEMM beyond, weights not frozen)
-# 3.36/4.37/4.47/5.52/5.96, this one 2.52/2.42/2.54/3.12/4.70 (eager 7.23/6.56/7.19/8.54/8.24);
-# the README has all three models.
+# 3.36/4.37/4.47/5.52/5.96, this one 2.52/2.42/2.54/3.12/4.70 (eager 7.23/6.56/7.19/8.54/8.24).
+# Not cpp_wrapper (the graph's own code between kernels as C++ instead of Python), though it is
+# faster per call: 2-core Xeon (AVX-512, AMX), 40 interleaved reps, median ms per forward, Python
+# wrapper against C++: ref_baseline 1 row 1.265 / 1.137, 5 rows 2.345 / 2.321; c1_dim64 1 row
+# 0.483 / 0.383, 5 rows 0.622 / 0.554; a fused c1_dim64 round of k = 4 2.75 / 2.56, the fused
+# target-only step 0.967 / 0.906. Each graph then compiles as one C++ unit, so no kernel object is
+# shared between graphs: tests/test_engine.py from a cold cache took 218 s against 117 s.
 DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP"}
 FREEZE_WEIGHTS = True
 
@@ -68,23 +73,39 @@ def _unique(label: str, taken: dict) -> str:
 
 _KERNEL_DEF = re.compile(r"^(cpp_fused_\w+) = async_compile\.cpp_pybinding\(", re.M)
 _KERNEL_LAUNCH = re.compile(r"^\s+(cpp_fused_\w+)\(", re.M)
-# library calls: inductor's extern kernels (ATen/MKL GEMM) and ops it left to ATen, MKL or oneDNN
+# library calls: inductor's extern kernels (ATen/MKL GEMM) and ops it left to ATen, MKL or oneDNN,
+# from Python or (cpp_wrapper) through the AOTI shim
 _ATEN_CALL = re.compile(r"\b(?:extern_kernels\.\w+|torch\.ops\.(?!inductor\.)\w+\.\w+)(?:\.default)?\(")
+_ATEN_CALL_CPP = re.compile(r"\baoti_torch_(?:cpu_\w+|call_dispatcher|proxy_executor_call_function)\(")
+_CPP_WRAPPER_BODY = ("void inductor_entry_impl(", "} // inductor_entry_impl")
+
+
+def _graph_launches(source: str) -> tuple[list[str], set[str], int]:
+    """One graph's generated code: the kernels one call launches, in order, which of them are the
+    C++ GEMM template (a micro-GEMM over packed weights), and how many library calls it makes.
+    Reads either form inductor writes: a Python wrapper calling each kernel through a binding, or
+    (cpp_wrapper) one C++ source whose inductor_entry_impl calls them."""
+    if _CPP_WRAPPER_BODY[0] in source:
+        body = source[source.find(_CPP_WRAPPER_BODY[0]):source.find(_CPP_WRAPPER_BODY[1])]
+        called = _KERNEL_LAUNCH.findall(body)
+        return called, {name for name in called if f"{name}_micro_gemm" in source}, len(_ATEN_CALL_CPP.findall(body))
+    call_body = source[source.find("def call("):]
+    bodies = dict(zip(_KERNEL_DEF.findall(source), _KERNEL_DEF.split(source)[2::2], strict=True))
+    called = _KERNEL_LAUNCH.findall(call_body)
+    return called, {name for name in called if "kernel_micro_gemm" in bodies.get(name, "")}, \
+        len(_ATEN_CALL.findall(call_body))
 
 
 def count_kernels(generated: Sequence[ModuleType]) -> dict[str, int]:
     """What inductor generated for one graph, read from its output code: kernel launches per
-    call, how many of them are its C++ GEMM template (a micro-GEMM over packed weights), and the
-    calls left to libraries (extern kernels such as MKL's GEMM, SDPA, oneDNN's packed linear)."""
+    call, how many of them are its C++ GEMM template, and the calls left to libraries (extern
+    kernels such as MKL's GEMM, SDPA, oneDNN's packed linear)."""
     launches = gemm = aten = 0
     for module in generated:
-        source = Path(module.__file__).read_text()
-        call_body = source[source.find("def call("):]
-        bodies = dict(zip(_KERNEL_DEF.findall(source), _KERNEL_DEF.split(source)[2::2], strict=True))
-        called = _KERNEL_LAUNCH.findall(call_body)
+        called, template, library = _graph_launches(Path(module.__file__).read_text())
         launches += len(called)
-        gemm += sum("kernel_micro_gemm" in bodies.get(name, "") for name in called)
-        aten += len(_ATEN_CALL.findall(call_body))
+        gemm += sum(name in template for name in called)
+        aten += library
     return {"kernel_launches": launches, "cpp_gemm_template": gemm, "aten_calls": aten}
 
 
