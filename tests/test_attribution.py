@@ -176,6 +176,20 @@ def test_a_retraining_is_named_by_the_training_setting_that_caused_it(tmp_path):
     assert [g[0] for g in groups] == [CONFIG, INPUT]
 
 
+def test_a_job_whose_code_changed_also_names_its_retrained_input_and_its_other_machine(tmp_path):
+    """The sampling job's own module was edited, and the checkpoint it reads was retrained on another
+    machine: any of the three can be what moved its number, so the diff names all three, not only
+    the nearest (on a CPU with other bf16 kernels, the retraining alone moves every number below it)."""
+    edited = code_root_with_edit(tmp_path, "inferlab/sampling/aggregate.py")
+    d = explained(tmp_path, {"node": "node-a"},
+                  {"node": "node-b", "steps": 600, "code_root": edited, "drift": {("sampling", "greedy"): 0.1}})
+    cause = causes_of(d)[("sampling", "greedy")]
+    assert "code: sampling_repetition: inferlab/sampling/aggregate.py" in cause, cause
+    assert "input: checkpoint ref retrained: config: training.defaults.steps 500 → 600" in cause, cause
+    assert "machine: sampling_repetition ran on another machine: node node-a → node-b" in cause, cause
+    assert causes_of(d)[("models", "ref")].startswith("config: training.defaults.steps 500 → 600; machine: ")
+
+
 @pytest.mark.parametrize("reads_weights", [True, False])
 def test_a_retraining_to_the_same_weights_is_no_cause_though_its_meta_records_another_time(tmp_path, reads_weights):
     """The speculative jobs read a checkpoint's meta.json beside its weights, and their summary reads

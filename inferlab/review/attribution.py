@@ -1,14 +1,17 @@
 """Why a metric moved: the nearest recorded difference between two runs' causes records.
 
 For one metric, the walk starts at the table that holds it (the metrics table's `source`) and
-goes up the DAG through every input whose recorded sha256 differs, stopping at the first job
-that itself differs. Most specific first, a job differs by
+goes up the DAG through every input whose recorded sha256 differs. At each job it names every
+recorded difference, most specific first:
   1. config:  its resolved settings (named by their config path where the run's config shows
               the same old → new change);
   2. code:    its rule's code hash, named module by module (or library: only the numeric stack's
               versions moved);
-  3. input:   a file without lineage of its own (the corpus) whose content changed;
+  3. input:   an input that moved, with that input's own causes (a file without lineage of its
+              own, such as the corpus, by its sha256); inputs moved by the same cause read as one;
   4. machine: the same job ran on another machine (CPU, flags, caches, node, threads).
+A job's own change does not hide the others: a job whose code changed while it read a checkpoint
+retrained on another CPU names both, since either can have moved its numbers.
 A deterministic metric that moved with none of these recorded is **unexplained**: the lab is
 not reproducible at that point. A timing is also judged against the machines' own stamps and
 this run's probe (calibration), since the same code runs at another speed on another VM.
@@ -172,17 +175,19 @@ class Walk:
         if old.get("code_sha256") != new.get("code_sha256"):
             rule = new.get("rule")
             own.append(code_changes(rule, self.old.get("rules", {}).get(rule), self.new.get("rules", {}).get(rule)))
-        if own:
-            return own
-        causes = []
+        inputs = []
         old_inputs, new_inputs = old.get("inputs_sha256") or {}, new.get("inputs_sha256") or {}
         for path in sorted(old_inputs.keys() | new_inputs.keys()):
             if old_inputs.get(path) != new_inputs.get(path) and not self._same_checkpoint(path, old_inputs, new_inputs):
-                causes += self._input_causes(path, old_inputs.get(path), new_inputs.get(path))
-        if causes:
-            return _unique(causes)
+                inputs += self._input_causes(path, old_inputs.get(path), new_inputs.get(path))
+        # A job whose own code changed may also read inputs that moved, and run on another machine:
+        # each is named, since any of them can be what moved its numbers (a checkpoint retrained on
+        # a CPU with other bf16 kernels moves everything downstream, whatever else changed).
+        # an input moved by the same change as the job itself (a setting both read) is that change
+        inputs = [c for c in inputs if not any(c.text.endswith(f": {o}") for o in own)]
         moved = machine_changes(old.get("machine"), new.get("machine"))
-        return [Cause(MACHINE, f"{new.get('rule')} ran on another machine: {moved}")] if moved else []
+        machine = [Cause(MACHINE, f"{new.get('rule')} ran on another machine: {moved}")] if moved else []
+        return _unique(own + _merge_inputs(inputs) + machine)
 
     def _same_checkpoint(self, path: str, old_inputs: Mapping, new_inputs: Mapping) -> bool:
         """A checkpoint's meta.json also records how long its training took, so a retraining to the
@@ -209,6 +214,24 @@ class Walk:
         verb = " retrained" if label(path).startswith("checkpoint ") else ""
         return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else Cause(INPUT, f"{label(path)}{verb}: {c}")
                 for c in upstream]
+
+
+def _merge_inputs(causes: list[Cause]) -> list[Cause]:
+    """Input causes that differ only by the file (thirty grid cells of one rule, all moved by the
+    same code change) read as one: the first file and how many more."""
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for cause in causes:
+        head, sep, reason = cause.text.partition(": ")
+        key = (cause.kind, reason if sep and cause.kind == INPUT else cause.text)
+        by_reason.setdefault(key, []).append(head if sep and cause.kind == INPUT else "")
+    merged = []
+    for (kind, reason), repeated in by_reason.items():
+        heads = sorted(set(repeated))  # a checkpoint's weights and meta.json are one input
+        if kind != INPUT or len(heads) == 1:
+            merged.append(Cause(kind, f"{heads[0]}: {reason}" if heads[0] else reason))
+        else:
+            merged.append(Cause(kind, f"{heads[0]} and {len(heads) - 1} more like it: {reason}"))
+    return merged
 
 
 def _unique(causes: list[Cause]) -> list[Cause]:
