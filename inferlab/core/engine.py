@@ -220,7 +220,12 @@ class CompiledEngine:
         # plainly (autotuning and constants per length would cost minutes for a baseline)
         self._full = torch.compile(full_forward, fullgraph=True, dynamic=True)
         # every (model, token count, batch) is its own graph: target + draft x {1, 2, k+1}
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        # (a test process compiles many more, one model after another); past the limit dynamo would
+        # silently run the function eagerly under a "compiled" label, so it fails instead
+        dynamo_config = torch._dynamo.config
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
+        dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
+        dynamo_config.fail_on_recompile_limit_hit = True
 
     @property
     def engine_used(self) -> str:
