@@ -61,3 +61,24 @@ def test_start_job_without_torch_leaves_the_thread_count_to_the_environment(tmp_
                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.stdout.split() == ["False", "3", "3"]
     assert "torch 2" in log.read_text(encoding="utf-8") and "3 threads" in log.read_text(encoding="utf-8")
+
+
+# Runs every given script's top-level imports in one process, then names the compiler's modules loaded.
+COMPILER_PROBE = """
+import ast, sys
+sys.path[:0] = [sys.argv[1] + "/scripts", sys.argv[1]]
+for path in sys.argv[2:]:
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    exec(compile(ast.Module(imports, []), path, "exec"), {"__name__": "job"})
+print(sorted(name for name in ("torch._dynamo", "torch._inductor") if name in sys.modules))
+"""
+
+
+def test_jobs_import_the_compiler_only_when_they_build_a_compiled_engine():
+    """torch._dynamo and inductor take 1.5 s to import on top of torch's 1 s: an eager-only job
+    (the sampling cells, an eager timing) must not pay that at its start."""
+    scripts = [str(ROOT / f"scripts/{script}.py") for script in SCRIPTS if script in COMPUTE]
+    out = subprocess.run([sys.executable, "-c", COMPILER_PROBE, str(ROOT), *scripts], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr

@@ -32,13 +32,15 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
-from torch._inductor.codecache import PyCodeCache
 
-from inferlab.core.graph_cache import WeightsKey, pin_cacheable_freezing, weights_digest
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import GEMV_MAX_ROWS, context_bucket, full_forward, static_forward
+
+if TYPE_CHECKING:
+    from inferlab.core.graph_cache import WeightsKey
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +203,11 @@ class CompiledEngine:
         self.gemv_max_rows = gemv_max_rows
         self.options = dict(DEFAULT_INDUCTOR_OPTIONS if inductor_options is None else inductor_options)
         self.freeze_weights = freeze_weights
+        # inductor's modules take 1.5 s to import, which every eager-only job would pay at start
+        from torch._inductor.codecache import PyCodeCache
+
+        from inferlab.core import graph_cache
+        self._generated_code, self._graph_cache = PyCodeCache, graph_cache
         self.compile_ms: dict[str, float] = {}
         self.kernels: dict[str, dict[str, int]] = {}
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
@@ -215,7 +222,7 @@ class CompiledEngine:
         # Inductor's default lowering (Experiment 4's kernels) keeps its oneDNN-packed linears.
         backends = self.options.get("max_autotune_gemm_backends", "")
         through_template = self.options.get("max_autotune") and "CPP" in backends
-        self.graph_cache = bool(freeze_weights and through_template and pin_cacheable_freezing())
+        self.graph_cache = bool(freeze_weights and through_template and graph_cache.pin_cacheable_freezing())
         # the uncached baseline grows by one token per step: one graph with a symbolic length, compiled
         # plainly (autotuning and constants per length would cost minutes for a baseline)
         self._full = torch.compile(full_forward, fullgraph=True, dynamic=True)
@@ -296,21 +303,23 @@ class CompiledEngine:
         are graph inputs). Hashed once per model: _check_weights refuses weights changed since."""
         if not self.freeze_weights:
             return None
-        digests = tuple(self._digests.get(m) or self._digests.setdefault(m, weights_digest(m)) for m in models)
+        digest = self._graph_cache.weights_digest
+        digests = tuple(self._digests.get(m) or self._digests.setdefault(m, digest(m)) for m in models)
         key = self._weights_keys.get(digests)
         if key is None:
-            key = self._weights_keys[digests] = WeightsKey(digests)
+            key = self._weights_keys[digests] = self._graph_cache.WeightsKey(digests)
         return key
 
     def _accounted(self, label: str, run: Callable):
         """run(), and when it compiled (inductor loaded new generated code) its time and kernels."""
-        generated_before = len(PyCodeCache.modules)
+        generated = self._generated_code
+        generated_before = len(generated.modules)
         start = time.perf_counter()
         out = run()
-        if len(PyCodeCache.modules) > generated_before:
+        if len(generated.modules) > generated_before:
             label = _unique(label, self.compile_ms)
             self.compile_ms[label] = (time.perf_counter() - start) * 1e3
-            self.kernels[label] = count_kernels(PyCodeCache.modules[generated_before:])
+            self.kernels[label] = count_kernels(generated.modules[generated_before:])
         return out
 
     def _check_weights(self, model: GPT) -> None:
