@@ -192,7 +192,21 @@ def test_a_job_whose_code_changed_also_names_its_retrained_input_and_its_other_m
     assert "code: sampling_repetition: inferlab/sampling/aggregate.py" in cause, cause
     assert "input: checkpoint ref retrained: config: training.defaults.steps 500 → 600" in cause, cause
     assert "machine: sampling_repetition ran on another machine: node node-a → node-b" in cause, cause
-    assert causes_of(d)[("models", "ref")].startswith("config: training.defaults.steps 500 → 600; machine: ")
+    assert causes_of(d)[("models", "ref")].startswith("config: training.defaults.steps 500 → 600 · machine: ")
+
+
+def test_a_group_reads_as_its_nearest_cause_then_one_line_per_further_cause(tmp_path):
+    """A reviewer reads the job's own change as the heading, then each input with what moved it, and
+    the jobs that ran on the machine change the diff names once as one line, not that change again."""
+    edited = code_root_with_edit(tmp_path, "inferlab/sampling/aggregate.py")
+    d = explained(tmp_path, {"node": "node-a"},
+                  {"node": "node-b", "steps": 600, "code_root": edited, "drift": {("sampling", "greedy"): 0.1}})
+    markdown = diff_summary.to_markdown(d, "old", "new", machine="node node-a → node-b")
+    group = markdown.split("\n### code: sampling_repetition: inferlab/sampling/aggregate.py\n", 1)[1].split("###")[0]
+    assert group.split("1 metric(s):")[0].split() == [
+        "Also:", "-", *"input: checkpoint ref retrained — from config: training.defaults.steps 500 → 600".split(),
+        "-", *"machine: sampling_repetition and train_model ran on the other machine named above".split()]
+    assert markdown.count("node-a → node-b") == 1, markdown
 
 
 def test_a_timing_measured_again_is_noise_not_an_unexplained_job(tmp_path):
@@ -279,7 +293,7 @@ def test_the_report_warns_on_the_first_screen_and_cards_carry_the_cause(tmp_path
     assert warning[0] == "warning" and "models params ref" in warning[1]
     lines = diff_summary.milestone_change_lines(d)
     assert "[config: quantization.gptq.damp 0.01 → 0.05]" in lines["M4"]
-    headings = [block[1] for block in change_groups(d) if block[0] == "p"]
+    headings = [block[1] for block in change_groups(d) if block[0] == "cause"]
     assert headings[0].startswith("unexplained: ") and headings[1].startswith("config: quantization.gptq.damp")
 
 

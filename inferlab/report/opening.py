@@ -23,6 +23,7 @@ from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.review.diff import Changes
 from inferlab.review.diff_summary import (
     cause_groups,
+    cause_lines,
     counts,
     milestone_change_lines,
     needs_look,
@@ -132,14 +133,15 @@ def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tup
                         "see “Changes since …”.")]
 
 
-def change_groups(diff: pd.DataFrame, listed: int = 8) -> list[tuple]:
-    """One heading line and a short table per cause: one config edit is one line, with what it moved."""
+def change_groups(diff: pd.DataFrame, machine: str | None = None, listed: int = 8) -> list[tuple]:
+    """Per cause, its heading line, each further cause as a line of its own, and a short table of what
+    it moved: one config edit is one line."""
     blocks: list[tuple] = []
     shown = needs_look(diff)
-    for kind, cause, rows in cause_groups(shown):
-        text = cause if cause.startswith(kind + ": ") else f"{kind}: {cause}"
+    for _, cause, rows in cause_groups(shown):
+        heading, also = cause_lines(cause, machine)
         more = f" (the first {listed} of {len(rows)})" if len(rows) > listed else ""
-        blocks += [("p", f"{text} — moved {len(rows)} metric(s)"),
+        blocks += [("cause", f"{heading} — moved {len(rows)} metric(s)", also),
                    ("table", changes_table(rows.head(listed)), f"Metrics with this cause{more}")]
     rest = shown[shown["cause"].isna()]
     if len(rest):
@@ -203,7 +205,7 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
               + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + "."),
         ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
     ]
-    groups = change_groups(changes.table)
+    groups = change_groups(changes.table, changes.machine)
     if not groups:
         # the overlay would show two equal bars per metric: the sentence says it (the PNG is still written)
         return blocks + [("p", "No metric changed beyond its noise.")]

@@ -72,6 +72,8 @@ def block_view(doc: Document, block: tuple) -> dict:
                 "right": [block_view(doc, b) for b in block[2]], "wide": "left"}
     if kind == "findings":
         return {"kind": kind, "heading": FINDINGS_HEADING, "sentences": list(block[1])}
+    if kind == "cause":
+        return {"kind": kind, "text": block[1], "also": list(block[2])}
     return {"kind": kind, "text": block[1]}
 
 

@@ -37,6 +37,8 @@ def block_lines(doc: Document, block: tuple, figure_dir: str, appendix_dir: str)
         return [f"**Prediction, from theory before measuring:** {block[1]}", ""]
     if kind == "note":
         return [f"*{block[1]}*", ""]
+    if kind == "cause":
+        return [f"**{block[1]}**", "", *[f"- also {line}" for line in block[2]], *([""] if block[2] else [])]
     if kind == "warning":
         return [f"> **Warning:** {block[1]}", ""]
     if kind == "pair":

@@ -31,6 +31,9 @@ UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORD
     "unexplained", "config", "code", "library", "input", "machine", "contended", "noise", "not recorded")
 # How the diff orders causes: a determinism bug first, then the most specific cause.
 CAUSE_ORDER = [UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOT_RECORDED, NOISE]
+# Between a metric's causes in the diff's `cause` column; "; " already separates a cause's own parts
+# (two settings, two machine fields)
+CAUSE_SEPARATOR = " · "
 
 # The machine-stamp fields a job's results can depend on, with how a change is named.
 MACHINE_FIELDS = {"cpu_model": "CPU", "cpu_kernel_flags": "kernel flags", "cpu_caches": "caches",

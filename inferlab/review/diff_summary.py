@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from inferlab.review.attribution import CAUSE_ORDER, UNEXPLAINED
+from inferlab.review.attribution import CAUSE_ORDER, CAUSE_SEPARATOR, INPUT, MACHINE, UNEXPLAINED
 from inferlab.review.metrics import IDENTICAL_RTOL
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt
@@ -56,6 +56,33 @@ def cause_groups(diff: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
                                                                                     sort=False)]
     return sorted(groups, key=lambda g: (CAUSE_ORDER.index(g[0]) if g[0] in CAUSE_ORDER else len(CAUSE_ORDER),
                                          -len(g[2]), g[1]))
+
+
+_OTHER_MACHINE = " ran on another machine: "  # inferlab.review.attribution's machine cause
+
+
+def cause_lines(cause: str, machine: str | None = None) -> tuple[str, list[str]]:
+    """A group's causes as a reader takes them in: the most specific as the heading, then one line for
+    each further cause. An input reads with what moved it after a dash; the jobs that ran on the
+    machine change named above the groups (`machine`) share one line that names them."""
+    lines: list[str] = []
+    jobs_on_that_machine: list[str] = []
+    for part in cause.split(CAUSE_SEPARATOR):
+        kind, _, text = part.partition(": ")
+        job, sep, moved = text.partition(_OTHER_MACHINE)
+        if kind == MACHINE and sep and moved == machine:
+            if not jobs_on_that_machine:
+                lines.append("")  # its place in the order, filled below
+            jobs_on_that_machine.append(job)
+        elif kind == INPUT and ": " in text:
+            moved_input, _, reason = text.partition(": ")
+            lines.append(f"{INPUT}: {moved_input} — from {reason}")
+        else:
+            lines.append(part)
+    if jobs_on_that_machine:
+        names = ", ".join(jobs_on_that_machine[:-1]) + " and " if len(jobs_on_that_machine) > 1 else ""
+        lines[lines.index("")] = f"{MACHINE}: {names}{jobs_on_that_machine[-1]} ran on the other machine named above"
+    return lines[0], lines[1:]
 
 
 def _fmt(value, text=None) -> str:
@@ -114,9 +141,10 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
     if shown.empty:
         lines.append("No metric changed beyond its noise.")
         return "\n".join(lines) + "\n"
-    for kind, cause, rows in cause_groups(shown):
+    for _, cause, rows in cause_groups(shown):
         more = len(rows) - listed if not show_all and len(rows) > listed else 0
-        lines += [f"### {kind}: {cause.split(': ', 1)[-1] if cause.startswith(kind + ': ') else cause}", "",
+        heading, also = cause_lines(cause, machine)
+        lines += [f"### {heading}", "", *(["Also:", "", *[f"- {line}" for line in also], ""] if also else []),
                   f"{len(rows)} metric(s):", "", *_markdown_rows(rows if show_all else rows.head(listed))]
         lines += ["", f"… and {more} more (`--all` lists them)."] if more else []
         lines.append("")

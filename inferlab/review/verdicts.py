@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from inferlab.review.attribution import (
+    CAUSE_SEPARATOR,
     CODE,
     CONTENDED,
     MACHINE,
@@ -255,7 +256,7 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
                                     for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
     causes = _causes(merged, old_record, new_record)
     out["cause_kind"] = [c[0].kind if c else None for c in causes]
-    out["cause"] = ["; ".join(map(str, c)) if c else None for c in causes]
+    out["cause"] = [CAUSE_SEPARATOR.join(map(str, c)) if c else None for c in causes]
     rank = out["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
     rank = rank.where(out["cause_kind"] != UNEXPLAINED, -1)
     return (out.assign(_rank=rank).sort_values(["_rank", *ID_COLUMNS], kind="stable")
