@@ -212,11 +212,21 @@ class Walk:
             return [Cause(INPUT, f"{label(path)} changed (sha256 {str(old_sha)[:8]} → {str(new_sha)[:8]})")]
         if not upstream:
             rule = (self.entries(path)[1] or {}).get("rule")
-            return [Cause(UNEXPLAINED, f"{label(path)} changed though nothing its job ({rule}) records "
+            return [Cause(UNEXPLAINED, f"{label(path)}{_NOTHING_RECORDED_DIFFERS} ({rule}) records "
                                        "differs: that job is not deterministic")]
         verb = " retrained" if label(path).startswith("checkpoint ") else ""
         return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else Cause(INPUT, f"{label(path)}{verb}: {c}")
                 for c in upstream]
+
+
+_NOTHING_RECORDED_DIFFERS = " changed though nothing its job"
+
+
+def unexplained_input(cause: Cause) -> str | None:
+    """The input an unexplained cause names (a table that changed with nothing its job records
+    differing), or None for any other cause."""
+    head, sep, _ = cause.text.partition(_NOTHING_RECORDED_DIFFERS)
+    return head if cause.kind == UNEXPLAINED and sep else None
 
 
 def _merge_inputs(causes: list[Cause]) -> list[Cause]:

@@ -36,6 +36,7 @@ from inferlab.review.attribution import (
     calibration_changes,
     lineage_causes,
     machine_changes,
+    unexplained_input,
 )
 from inferlab.review.metrics import (
     BOOTSTRAP_CI,
@@ -198,10 +199,12 @@ def explain(row: pd.Series, verdict_: str, walk: Walk | None, old_record: dict |
             setting.append(Cause(MACHINE, moved))
         # a timing table upstream that changed with nothing recorded differing was measured again:
         # for a timing that is noise, not a determinism bug
-        remeasured = [c for c in (found or []) if c.kind == UNEXPLAINED]
+        remeasured = [name for c in (found or []) if (name := unexplained_input(c))]
         causes = setting + [c for c in (found or []) if c.kind != UNEXPLAINED and (c.kind != MACHINE or not moved)]
         if remeasured:
-            causes.append(Cause(NOISE, "its timings were measured again: nothing else recorded differs"))
+            more = f" and {len(remeasured) - 1} more" if len(remeasured) > 1 else ""
+            causes.append(Cause(NOISE, f"{remeasured[0]}{more} measured again, with nothing else its job records "
+                                       "differing"))
         return causes or [Cause(NOISE, "nothing recorded differs (code, config, inputs, machine): load or noise "
                                        "beyond the rep range")]
     if _staleness_flip(row):
