@@ -189,7 +189,7 @@ class Walk:
         # an input moved by the same change as the job itself (a setting both read) is that change
         inputs = [c for c in inputs if not any(c.text.endswith(f": {o}") for o in own)]
         moved = machine_changes(old.get("machine"), new.get("machine"))
-        machine = [Cause(MACHINE, f"{new.get('rule')} ran on another machine: {moved}")] if moved else []
+        machine = [Cause(MACHINE, f"{new.get('rule')}{_RAN_ON_ANOTHER_MACHINE}{moved}")] if moved else []
         return _unique(own + _merge_inputs(inputs) + machine)
 
     def _same_checkpoint(self, path: str, old_inputs: Mapping, new_inputs: Mapping) -> bool:
@@ -220,6 +220,15 @@ class Walk:
 
 
 _NOTHING_RECORDED_DIFFERS = " changed though nothing its job"
+_RAN_ON_ANOTHER_MACHINE = " ran on another machine: "
+
+
+def job_on_another_machine(cause_text: str) -> tuple[str, str] | None:
+    """(job, how its machine differs) from a job's machine cause ("machine: <job> ran on another
+    machine: <change>"), or None for any other cause."""
+    kind, _, text = cause_text.partition(": ")
+    job, sep, moved = text.partition(_RAN_ON_ANOTHER_MACHINE)
+    return (job, moved) if kind == MACHINE and sep else None
 
 
 def unexplained_input(cause: Cause) -> str | None:

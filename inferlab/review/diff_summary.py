@@ -8,7 +8,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from inferlab.review.attribution import CAUSE_ORDER, CAUSE_SEPARATOR, INPUT, MACHINE, UNEXPLAINED
+from inferlab.review.attribution import (
+    CAUSE_ORDER,
+    CAUSE_SEPARATOR,
+    INPUT,
+    MACHINE,
+    UNEXPLAINED,
+    job_on_another_machine,
+)
 from inferlab.review.metrics import IDENTICAL_RTOL
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt
@@ -58,22 +65,19 @@ def cause_groups(diff: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
                                          -len(g[2]), g[1]))
 
 
-_OTHER_MACHINE = " ran on another machine: "  # inferlab.review.attribution's machine cause
-
-
 def cause_lines(cause: str, machine: str | None = None) -> tuple[str, list[str]]:
     """A group's causes as a reader takes them in: the most specific as the heading, then one line for
     each further cause. An input reads with what moved it after a dash; the jobs that ran on the
     machine change named above the groups (`machine`) share one line that names them."""
     lines: list[str] = []
     jobs_on_that_machine: list[str] = []
+    machine_line_at = 0  # where the first such job's cause stood
     for part in cause.split(CAUSE_SEPARATOR):
         kind, _, text = part.partition(": ")
-        job, sep, moved = text.partition(_OTHER_MACHINE)
-        if kind == MACHINE and sep and moved == machine:
-            if not jobs_on_that_machine:
-                lines.append("")  # its place in the order, filled below
-            jobs_on_that_machine.append(job)
+        on_machine = job_on_another_machine(part)
+        if on_machine and on_machine[1] == machine:
+            machine_line_at = machine_line_at if jobs_on_that_machine else len(lines)
+            jobs_on_that_machine.append(on_machine[0])
         elif kind == INPUT and ": " in text:
             moved_input, _, reason = text.partition(": ")
             lines.append(f"{INPUT}: {moved_input} — from {reason}")
@@ -81,7 +85,8 @@ def cause_lines(cause: str, machine: str | None = None) -> tuple[str, list[str]]
             lines.append(part)
     if jobs_on_that_machine:
         names = ", ".join(jobs_on_that_machine[:-1]) + " and " if len(jobs_on_that_machine) > 1 else ""
-        lines[lines.index("")] = f"{MACHINE}: {names}{jobs_on_that_machine[-1]} ran on the other machine named above"
+        lines.insert(machine_line_at, f"{MACHINE}: {names}{jobs_on_that_machine[-1]} ran on the other machine "
+                                      "named above")
     return lines[0], lines[1:]
 
 
