@@ -288,6 +288,27 @@ def test_past_dynamos_recompile_limit_the_engine_fails_instead_of_running_eagerl
             engine.open(model).forward(torch.tensor([[1]]), 0)
 
 
+def test_building_a_compiled_engine_leaves_the_random_stream_and_checks_the_same_toy(monkeypatch):
+    """The toolchain check compiles a toy whose weights are the same in every process (so the
+    on-disk cache serves it after the first job), drawn without advancing the caller's stream:
+    a job's samples do not depend on which engine it built."""
+    toys = []
+
+    def recorded(config):
+        toys.append(GPT(config))
+        return toys[-1]
+
+    monkeypatch.setattr(engine_module, "GPT", recorded)
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    make_engine("compiled")
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(7)
+    make_engine("compiled")
+    first, second = (toy.state_dict() for toy in toys)
+    assert len(toys) == 2 and all(torch.equal(first[name], second[name]) for name in first)
+
+
 def test_failed_compile_falls_back_and_stamps_eager(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no C++ compiler found\nsecond line")
