@@ -336,3 +336,28 @@ def test_a_milestone_turned_stale_is_explained_by_the_staleness_check_and_any_ot
     row = d.set_index("metric").loc["status"]
     assert row["verdict"] == verdicts.FLIPPED and row["cause_kind"] == kind
     assert ("stale" in row["cause"]) == (kind == CODE)
+
+
+def test_inputs_a_smaller_grid_no_longer_reads_are_one_cause_and_long_settings_are_counted():
+    """A quick run against a full one: thirty cells no longer read are one line, not thirty, and
+    a grid of settings reads as its size, not as its every entry."""
+    from inferlab.review.attribution import Walk, config_changes
+
+    cells = {f"results/sampling/cells/T{t}.parquet": f"sha{t}" for t in range(30)}
+    job = {"rule": "sampling_summary", "config_sha256": "c", "code_sha256": "k"}
+    old = {"files": {"results/sampling/summary.parquet": {**job, "inputs_sha256": cells}}}
+    new = {"files": {"results/sampling/summary.parquet": {**job, "inputs_sha256": dict(list(cells.items())[:2])}}}
+    (cause,) = Walk(old, new).file_causes("results/sampling/summary.parquet")
+    assert (cause.kind, cause.text) == (INPUT, "results/sampling/cells/T10.parquet and 27 more removed as inputs")
+    grid = [{"cell": f"T{t}", "temperature": t / 10} for t in range(26)]
+    assert config_changes({"cells": grid}, {"cells": grid[:5]}, {}, {}) == ["cells [26 entries] → [5 entries]"]
+    assert config_changes({"seed": 1}, {"seed": 2}, {}, {}) == ["seed 1 → 2"]
+
+
+def test_a_card_names_each_metrics_nearest_cause_and_counts_the_rest():
+    cause = " · ".join(["config: quantization.gptq.damp 0.01 → 0.05", "input: checkpoint ref retrained: config: x",
+                        "machine: quant_scheme ran on another machine: CPU A → CPU B"])
+    assert diff_summary.brief_cause(cause) == "config: quantization.gptq.damp 0.01 → 0.05 (+2 more causes below)"
+    long = "config: " + "; ".join(f"training.defaults.setting_{i} {i} → {i + 1}" for i in range(20))
+    brief = diff_summary.brief_cause(long)
+    assert len(brief) == diff_summary.CARD_CAUSE_CHARS and brief.endswith("…") and brief.startswith(long[:100])

@@ -320,3 +320,14 @@ def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):
     other = diff.changes_since(run_metrics(), tmp_path / "empty", reference, new_config="b" * 64)
     same = diff.changes_since(run_metrics(), tmp_path / "empty", reference, new_config="a" * 64)
     assert "different configurations" in other.markdown and "different configurations" not in same.markdown
+    # the report: a warning under "Changes since …", and each card says it compares across configurations
+    from inferlab.report.milestones.common import Milestone
+    from inferlab.report.opening import opening_blocks
+
+    def shown(changes) -> tuple[list[str], str]:
+        blocks = opening_blocks([Milestone("M4", "M4 Quantization", "pass", "")], changes)
+        return [b[1] for b in blocks if b[0] == "warning"], next(b[4] for b in blocks if b[0] == "card")
+
+    (warning,), card = shown(other)
+    assert "different configurations" in warning and "(a run of another configuration)" in card
+    assert shown(same)[0] == [] and "another configuration" not in shown(same)[1]

@@ -183,9 +183,11 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
                    reviewers: list[tuple] | None = None) -> list[tuple]:
     """The first screen: any unexplained change, one card per milestone, "For reviewers", then
     "Changes since …" by cause."""
-    lines = (milestone_change_lines(changes.table) if changes is not None and changes.table is not None
-             else {})
+    lines = (milestone_change_lines(changes.table, machine=changes.machine)
+             if changes is not None and changes.table is not None else {})
     since = f"Since {changes.old_label}" if changes is not None and changes.old_label else "Since the reference"
+    if changes is not None and changes.config_note:
+        since += " (a run of another configuration)"
     blocks: list[tuple] = unexplained_warnings(changes.table if changes is not None else None)
     blocks += [
         ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
@@ -204,6 +206,7 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
         ("p", "Each metric against its own noise (python -m inferlab.review.diff): "
               + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + "."),
         ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
+        *([("warning", changes.config_note)] if changes.config_note else []),
     ]
     groups = change_groups(changes.table, changes.machine)
     if not groups:

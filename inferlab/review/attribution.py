@@ -61,12 +61,21 @@ def label(path: str) -> str:
     return str(path)
 
 
+# A setting's value longer than this (a grid of cells, a list of prompts) is named by its size.
+SHOWN_VALUE_CHARS = 60
+
+
 def _shown(value) -> str:
     if value is None:
         return "absent"
     if isinstance(value, float):
         return f"{value:g}"
-    return str(value)
+    text = str(value)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    if isinstance(value, list | tuple | Mapping):
+        return f"[{len(value)} entries]" if len(value) != 1 else "[1 entry]"
+    return text[:SHOWN_VALUE_CHARS - 1] + "…"
 
 
 def flatten(value, prefix: str = "") -> dict[str, object]:
@@ -208,7 +217,7 @@ class Walk:
         upstream = self.file_causes(path)
         if upstream is None:  # a file without lineage (the corpus) or one a run did not record
             if old_sha is None or new_sha is None:
-                return [Cause(INPUT, f"{label(path)} {'added' if old_sha is None else 'removed'} as an input")]
+                return [Cause(INPUT, f"{label(path)}{_ADDED if old_sha is None else _REMOVED}")]
             return [Cause(INPUT, f"{label(path)} changed (sha256 {str(old_sha)[:8]} → {str(new_sha)[:8]})")]
         if not upstream:
             rule = (self.entries(path)[1] or {}).get("rule")
@@ -220,6 +229,7 @@ class Walk:
 
 
 _NOTHING_RECORDED_DIFFERS = " changed though nothing its job"
+_ADDED, _REMOVED = " added as an input", " removed as an input"
 _RAN_ON_ANOTHER_MACHINE = " ran on another machine: "
 
 
@@ -240,20 +250,33 @@ def unexplained_input(cause: Cause) -> str | None:
 
 def _merge_inputs(causes: list[Cause]) -> list[Cause]:
     """Input causes that differ only by the file (thirty grid cells of one rule, all moved by the
-    same code change) read as one: the first file and how many more."""
+    same code change, or no longer read by a smaller grid) read as one: the first file and how many more."""
     by_reason: dict[tuple[str, str], list[str]] = {}
     for cause in causes:
-        head, sep, reason = cause.text.partition(": ")
-        key = (cause.kind, reason if sep and cause.kind == INPUT else cause.text)
-        by_reason.setdefault(key, []).append(head if sep and cause.kind == INPUT else "")
+        head, reason = _file_and_reason(cause)
+        by_reason.setdefault((cause.kind, reason), []).append(head)
     merged = []
     for (kind, reason), repeated in by_reason.items():
         heads = sorted(set(repeated))  # a checkpoint's weights and meta.json are one input
-        if kind != INPUT or len(heads) == 1:
+        if reason in (_ADDED, _REMOVED):
+            merged.append(Cause(kind, heads[0] + (reason if len(heads) == 1 else
+                                                  f" and {len(heads) - 1} more{reason.replace('an input', 'inputs')}")))
+        elif kind != INPUT or len(heads) == 1:
             merged.append(Cause(kind, f"{heads[0]}: {reason}" if heads[0] else reason))
         else:
             merged.append(Cause(kind, f"{heads[0]} and {len(heads) - 1} more like it: {reason}"))
     return merged
+
+
+def _file_and_reason(cause: Cause) -> tuple[str, str]:
+    """(the input file, what moved it) of an input cause; ("", the text) for any other cause."""
+    if cause.kind != INPUT:
+        return "", cause.text
+    for ending in (_ADDED, _REMOVED):
+        if cause.text.endswith(ending):
+            return cause.text[:-len(ending)], ending
+    head, sep, reason = cause.text.partition(": ")
+    return (head, reason) if sep else ("", cause.text)
 
 
 def _unique(causes: list[Cause]) -> list[Cause]:

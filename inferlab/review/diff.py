@@ -44,6 +44,7 @@ class Changes:
     markdown: str
     figure_png: bytes | None
     machine: str | None = None  # how the two runs' machines differ; None: the same (or unknown)
+    config_note: str | None = None  # config_note's warning when the two runs' configurations differ
 
 
 def config_of(path: Path) -> str | None:
@@ -63,7 +64,7 @@ def config_note(old_config: str | None, new_config: str | None) -> str | None:
     the configuration's effect first; None when they agree or either is unknown."""
     if not old_config or not new_config or old_config == new_config:
         return None
-    return (f"**The two runs used different configurations** (config sha256 {old_config[:12]} → "
+    return (f"The two runs used different configurations (config sha256 {old_config[:12]} → "
             f"{new_config[:12]}): differences below mix the configuration's effect with the code's.")
 
 
@@ -94,9 +95,9 @@ def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: di
     old_record = record_of(old_path)
     table = diff_metrics(old, new, old_record, new_record)
     machine = runs_machine_text(old, new, old_record, new_record)
-    markdown = to_markdown(table, _label(old_path), new_label, show_all=show_all,
-                           note=config_note(config_of(old_path), new_config), machine=machine)
-    return Changes(_label(old_path), table, markdown, diff_figure(old, new), machine)
+    note = config_note(config_of(old_path), new_config)
+    markdown = to_markdown(table, _label(old_path), new_label, show_all=show_all, note=note, machine=machine)
+    return Changes(_label(old_path), table, markdown, diff_figure(old, new), machine, note)
 
 
 def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,

@@ -32,6 +32,9 @@ from inferlab.review.verdicts import (
     same,
 )
 
+# A card names a few metrics, each with its nearest cause cut to this; the section below has them in full.
+CARD_CAUSE_CHARS = 120
+
 
 def reproducibility(diff: pd.DataFrame) -> dict:
     """Over the deterministic metrics in both runs: how many are identical, within IDENTICAL_RTOL, or differ."""
@@ -90,6 +93,16 @@ def cause_lines(cause: str, machine: str | None = None) -> tuple[str, list[str]]
     return lines[0], lines[1:]
 
 
+def brief_cause(cause: str, machine: str | None = None, limit: int = CARD_CAUSE_CHARS,
+                with_more: bool = True) -> str:
+    """A metric's cause as a milestone card shows it: the nearest cause, cut to `limit` characters,
+    and (with_more) how many further causes the "Changes since …" section below lists."""
+    heading, also = cause_lines(cause, machine)
+    text = heading if len(heading) <= limit else heading[:limit - 1].rstrip() + "…"
+    more = f" (+{len(also)} more cause{'s' if len(also) > 1 else ''} below)" if also and with_more else ""
+    return text + more
+
+
 def _fmt(value, text=None) -> str:
     if not missing(text):
         return str(text)
@@ -141,7 +154,7 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
         lines += [f"> **Warning: {len(unexplained(diff))} unexplained change(s).** A deterministic number moved "
                   "and nothing recorded differs: the lab is not reproducible at that point.", ""]
     if note:
-        lines += [note, ""]
+        lines += [f"> **{note}**", ""]
     shown = diff if show_all else needs_look(diff)
     if shown.empty:
         lines.append("No metric changed beyond its noise.")
@@ -163,8 +176,9 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
     return "\n".join(lines).rstrip() + "\n"
 
 
-def milestone_change_lines(diff: pd.DataFrame, listed: int = 3) -> dict[str, str]:
-    """One line per milestone for its card: a flip, the first few changes, the rest as counts."""
+def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | None = None) -> dict[str, str]:
+    """One line per milestone for its card: a flip, the first few changes each with its nearest
+    cause, the rest as counts."""
     lines = {}
     for milestone, inputs in MILESTONE_INPUTS.items():
         experiments = inputs.experiments
@@ -177,13 +191,15 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3) -> dict[str, str
         for r in changes.head(listed).itertuples():
             text = (f"{_fmt(r.old, r.old_text)} → {_fmt(r.new, r.new_text)}" if not missing(r.new_text)
                     or not missing(r.old_text) else f"{_signed(r.delta)} ({_signed(r.delta_pct, '%')})")
-            parts.append(f"{r.metric} {r.key}: {text}" + (f" [{r.cause}]" if isinstance(r.cause, str) else ""))
+            parts.append(f"{r.metric} {r.key}: {text}"
+                         + (f" [{brief_cause(r.cause, machine)}]" if isinstance(r.cause, str) else ""))
         if len(changes) > listed:
             parts.append(f"{len(changes) - listed} more changed")
         tally = counts(rows)
         rest = ", ".join(f"{tally[v]} {v}" for v in (ADDED, REMOVED, NOT_COMPARABLE, WITHIN) if tally[v])
-        not_comparable = rows[rows.verdict == NOT_COMPARABLE]["cause"].dropna().unique()
-        if len(not_comparable):
+        not_comparable = list(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in
+                                            rows[rows.verdict == NOT_COMPARABLE]["cause"].dropna()))
+        if not_comparable:
             rest += f" [{'; '.join(not_comparable[:2])}{'; …' if len(not_comparable) > 2 else ''}]"
         if rows.empty and status.empty:
             lines[milestone] = "nothing to compare"
