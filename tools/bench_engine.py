@@ -20,7 +20,9 @@ did not reach inductor's C++ GEMM template shows 0 template kernels):
   beyond), weights as graph inputs (not frozen), today's masked attention;
 - cpp_wrapper: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), tried and not
   taken: faster per call, but each graph compiles as one C++ unit (see core/engine.py);
-- frozen_gemm: today's compiled engine, weights frozen, the C++ GEMM template for every row count.
+- frozen_gemm: today's compiled engine, weights frozen, the C++ GEMM template for every row count;
+- one_thread, serial_loops (only when named in --variants): frozen_gemm with inductor's cpp.threads = 1,
+  and with cpp.min_chunk_size = 65536 (small loops run serially), the threads-per-graph probes.
 Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
 compiled steps (reference) and as one graph (fused), and the fused target-only step beside them.
 """
@@ -49,7 +51,12 @@ VARIANTS = {
     "reductions": ("compiled", {"inductor_options": {}, "freeze_weights": False, "gemv_max_rows": 2}),
     "cpp_wrapper": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": True}}),
     "frozen_gemm": ("compiled", {}),
+    # threads per graph, measured and not taken (README): each graph's kernels on one thread, and
+    # loops too small to split kept serial
+    "one_thread": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.threads": 1}}),
+    "serial_loops": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.min_chunk_size": 65536}}),
 }
+TABLED_VARIANTS = ["eager", "reductions", "cpp_wrapper", "frozen_gemm"]  # the committed table's
 
 
 def build_engine(variant: str):
@@ -139,7 +146,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 5, 9])
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--context", type=int, default=255)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=TABLED_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--ks", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--round-reps", type=int, default=5)
