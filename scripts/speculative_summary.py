@@ -4,12 +4,14 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
 from inferlab.core.checkpoint_meta import model_stamp
+from inferlab.core.config import GPTConfig
 from inferlab.core.engine_rows import by_engine
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
-from inferlab.speculative.summary import best_groups_by_engine, summarise
+from inferlab.kvcache.roofline import best_rates, step_bound_ms
+from inferlab.speculative.summary import best_groups_by_engine, summarise, with_step_bounds
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
@@ -26,6 +28,12 @@ summary = by_engine(summarise, runs.drop(columns="contended", errors="ignore"),
                     forward.drop(columns="contended", errors="ignore"),
                     baseline.drop(columns="contended", errors="ignore"),
                     params={name: meta["params"] for name, meta in metas.items()}, target_name=p.target)
+# how far each step is from its bound, at the position the forward timings ran at, on this run's probe
+bandwidth, flops = best_rates(read_table(smk.input.probe))
+(position,) = forward["context"].unique()
+bounds = {name: step_bound_ms(GPTConfig(**meta["model_config"]), meta["params"], int(position), 1, bandwidth, flops)
+          for name, meta in metas.items()}
+summary = with_step_bounds(summary, bounds, p.target)
 contended = bool(runs.get("contended", False).any() or baseline.get("contended", False).any())
 summary["contended"] = contended
 best = best_groups_by_engine(summary)

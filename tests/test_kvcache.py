@@ -159,3 +159,14 @@ def test_profile_splits_step_into_operator_and_other_time():
     assert "aten::linear" in set(table["op"])
     assert table["top_level_ops_per_step"].iloc[0] > 10
     assert not model.has_cache
+
+
+def test_a_steps_bound_reads_every_weight_and_the_cache_before_it_once():
+    from inferlab.core.config import GPTConfig
+    from inferlab.kvcache.flops import forward_flops
+    from inferlab.kvcache.roofline import step_bound_ms
+
+    config = GPTConfig(d_model=64, n_layer=2, vocab_size=100, max_seq_len=64)
+    weights, cache = 10_000 * 4, 2 * 2 * 64 * 4 * 10  # fp32 weights; K and V of 2 layers at 10 positions
+    assert step_bound_ms(config, 10_000, 10, 1, 1e9, 1e15) == pytest.approx((weights + cache) / 1e9 * 1e3)
+    assert step_bound_ms(config, 10_000, 10, 3, 1e15, 1e6) == pytest.approx(forward_flops(config, 3, 10) / 1e6 * 1e3)

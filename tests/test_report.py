@@ -178,6 +178,10 @@ DRAFTS = {"c1_dim64": (0.6, 0.09), "c1_dim128": (0.7, 0.29)}  # draft -> (accept
 SPEC_WALL = {"eager": 1.0, "compiled": 0.7}  # engine -> wall-time scale of a speculative run (compiled is faster)
 
 
+# ms: each model's one-token step bound, as speculative_summary computes them from the probe
+SPEC_STEP_BOUNDS = {"ref_baseline": 0.3, "c1_dim64": 0.03, "c1_dim128": 0.09}
+
+
 def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str, pd.DataFrame]:
     """speculative_summary.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
     over run counters written as the group jobs write them."""
@@ -210,6 +214,7 @@ def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
     summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
+    summary = speculative_summary.with_step_bounds(summary, SPEC_STEP_BOUNDS, "ref_baseline")
     summary["contended"] = contended
     return {"spec_summary": summary, "spec_best": speculative_summary.best_groups_by_engine(summary),
             "spec_identity": pd.DataFrame(ident)}
@@ -432,6 +437,10 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     verify = rows["verify_cost_ratio"]
     assert f"costs {verify.min():.2f}-{verify.max():.2f} single steps" in m.verdict
     assert f"compiled {compiled['best_wall_speedup']:.2f}x" in m.headline
+    # each step against its bound: the target's 1.0 ms over 0.3, the fastest group's draft over its own
+    over = fastest["draft_step_ms"] / SPEC_STEP_BOUNDS[fastest["draft"]]
+    assert "a target step takes 1.000 ms, 3.3x its bound (0.300 ms)" in m.verdict
+    assert f"a {fastest['draft']} step {fastest['draft_step_ms']:.3f} ms, {over:.1f}x its bound" in m.verdict
 
 
 def test_m3_says_when_a_one_graph_round_costs_less_than_its_calls_one_by_one():

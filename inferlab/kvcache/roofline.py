@@ -19,7 +19,7 @@ import pandas as pd
 
 from inferlab.core.config import GPTConfig, dtype_bytes, kv_bytes_per_token
 from inferlab.kvcache.anchor import FFN_MATRICES, validate_anchor
-from inferlab.kvcache.flops import generation_flops
+from inferlab.kvcache.flops import forward_flops, generation_flops
 
 if TYPE_CHECKING:
     import torch
@@ -129,6 +129,15 @@ def our_roofline(config: GPTConfig, params: int, weight_bytes_per_param: int, pr
         "context_tokens": mean_context, "kv_read_bytes_per_token": kv_per_token * mean_context, **bounds,
         "measured_over_bound": measured_ms_per_token / bounds["lower_bound_ms_per_token"],
     }])
+
+
+def step_bound_ms(config: GPTConfig, params: int, position: int, rows: int, bandwidth_bytes_per_s: float,
+                  flops_per_s: float) -> float:
+    """The bound for one cached forward of `rows` tokens at positions position..position+rows-1: every
+    weight read once (fp32) and the cache of the positions before, or the forward's FLOPs if slower."""
+    read = params * param_bytes() + kv_bytes_per_token(config) * position
+    return bound_columns(read, forward_flops(config, rows, start=position), bandwidth_bytes_per_s,
+                         flops_per_s)["lower_bound_ms_per_token"]
 
 
 def best_rates(probes: pd.DataFrame) -> tuple[float, float]:

@@ -38,6 +38,17 @@ def round_breakdown(spec_wall_ms: float, rounds: int, k: int, draft_ms: float, v
             "round_rest_ms": round_ms - k * draft_ms - verify_ms}
 
 
+def with_step_bounds(summary: pd.DataFrame, bound_ms: dict[str, float], target_name: str) -> pd.DataFrame:
+    """Each group's target and draft steps against their bounds (bound_ms: model -> the bound of its
+    one-token cached step at the forward timings' position): a step far above its bound pays a
+    call's fixed cost, whatever the model's size."""
+    target_bound = bound_ms[target_name]
+    draft_bound = summary["draft"].map(bound_ms).astype(float)
+    return summary.assign(target_step_bound_ms=target_bound, draft_step_bound_ms=draft_bound,
+                          target_step_over_bound=summary["target_step_ms"] / target_bound,
+                          draft_step_over_bound=summary["draft_step_ms"] / draft_bound)
+
+
 def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
               params: dict[str, int], target_name: str) -> pd.DataFrame:
     """One row per (draft, k). runs and forward carry a draft column; params maps model -> count.

@@ -82,6 +82,7 @@ rule speculative_summary:
         baseline=f"{SPEC_DIR}/baseline.parquet",
         target_meta=checkpoint(TARGET)["meta"],
         draft_metas=[checkpoint(draft)["meta"] for draft in SPEC["drafts"]],
+        probe="results/roofline/probe.parquet",  # the bandwidth each step is held against
     output:
         # Parquet is binary, so Snakemake's report shows the speculative figure instead.
         summary=f"{SPEC_DIR}/summary.parquet",

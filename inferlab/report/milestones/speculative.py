@@ -35,6 +35,9 @@ SPEC_EVIDENCE = {
 
 # A round's wall time split as speculative_summary.round_breakdown writes it.
 ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_rest_ms")
+# Each step against its bound, as speculative_summary.with_step_bounds writes it.
+STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound_ms", "draft_step_bound_ms",
+               "target_step_over_bound", "draft_step_over_bound")
 
 # The engine's target: on the compiled engine, whose rounds are one graph each, the fastest group
 # beats compiled target-only sampling by this on the wall clock.
@@ -51,6 +54,17 @@ def _rest(rest_ms: float) -> str:
     if rest_ms >= 0:
         return f"and the rest (accept rule, sampling, the cost of each call) +{rest_ms:.2f}"
     return f"and the round as one graph costs {-rest_ms:.2f} ms less than those calls made one by one"
+
+
+def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
+    """How far the target's step and the draft's are from their bounds (weights and cache read once at
+    the probe's bandwidth): the draft's step far above its own is a call's fixed cost, which is why
+    c by time stays well above c by parameters."""
+    row = rows[rows["draft"] == draft].iloc[0]
+    return (f"; a target step takes {row['target_step_ms']:.3f} ms, {row['target_step_over_bound']:.1f}x its bound "
+            f"({row['target_step_bound_ms']:.3f} ms), a {draft} step {row['draft_step_ms']:.3f} ms, "
+            f"{row['draft_step_over_bound']:.1f}x its bound ({row['draft_step_bound_ms']:.3f} ms), so c by time "
+            f"{row['c_time']:.3f} against {row['c_params']:.3f} by parameters")
 
 
 def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
@@ -81,6 +95,7 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
     verify = rows["verify_cost_ratio"].astype(float)
     ev.update({"verify_cost_ratio_min": float(verify.min()), "verify_cost_ratio_max": float(verify.max()),
                **{key: float(fastest[key]) for key in ROUND_PARTS}})
+    text += _bound_clause(rows, str(fastest["draft"]))
     text += (f"; a (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps; "
              f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: {_steps(int(fastest['k']))} "
              f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, " + _rest(ev['round_rest_ms']))
@@ -111,7 +126,8 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M3", title, stamps)
     if absent is not None:
         return absent
-    summary = data.require("spec_summary", "draft", "k", "verify_cost_ratio", *ROUND_PARTS, *SPEC_EVIDENCE.values())
+    summary = data.require("spec_summary", "draft", "k", "verify_cost_ratio", *ROUND_PARTS, *STEP_BOUNDS,
+                           *SPEC_EVIDENCE.values())
     ident = data.require("spec_identity", "identical")
     best = data.require("spec_best", "criterion", "draft", "k", "reason")
     chosen = best[best["criterion"] == "chosen"]
