@@ -331,3 +331,19 @@ def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):
     (warning,), card = shown(other)
     assert "different configurations" in warning and "(a run of another configuration)" in card
     assert shown(same)[0] == [] and "another configuration" not in shown(same)[1]
+
+
+def test_the_configuration_warning_names_the_settings_and_ignores_where_the_corpus_lives():
+    """Two runs of one config that read the corpus from two paths ran the same thing (its content
+    is in the lineage): no warning. A quick run against a full one: the warning names what differs."""
+    full = {"config": {"corpus_path": "/work/shared/data/corpus.txt", "training": {"defaults": {"steps": 500}},
+                       "quantization": {"schemes": [f"int{b}_g{g}" for b in (3, 4, 8) for g in (32, 64, 128)]}}}
+    moved = {"config": {**full["config"], "corpus_path": "../shared/data/corpus.txt"}}
+    assert diff.config_note("a" * 64, "b" * 64, full, moved) is None
+    quick = {"config": {**moved["config"], "training": {"defaults": {"steps": 40}},
+                        "quantization": {"schemes": ["int4_g32", "int8_g32"]}}}
+    note = diff.config_note("a" * 64, "c" * 64, full, quick)
+    assert ("(quantization.schemes [9 entries] → ['int4_g32', 'int8_g32']; training.defaults.steps 500 → 40)"
+            in note)
+    assert "corpus_path" not in note
+    assert "config sha256 aaaaaaaaaaaa → cccccccccccc" in diff.config_note("a" * 64, "c" * 64)  # no records

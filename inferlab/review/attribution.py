@@ -65,7 +65,8 @@ def label(path: str) -> str:
 SHOWN_VALUE_CHARS = 60
 
 
-def _shown(value) -> str:
+def shown_value(value) -> str:
+    """A setting's value as a cause names it: absent, a short number, or a long list by its size."""
     if value is None:
         return "absent"
     if isinstance(value, float):
@@ -104,7 +105,7 @@ def config_changes(old_settings, new_settings, old_config, new_config) -> list[s
         last = key.rsplit(".", 1)[-1]
         paths = [p for p in paths if p.rsplit(".", 1)[-1] == last] or paths
         for path in paths or [key]:
-            named.append(f"{path} {_shown(change[0])} → {_shown(change[1])}")
+            named.append(f"{path} {shown_value(change[0])} → {shown_value(change[1])}")
     return sorted(set(named))
 
 
@@ -126,7 +127,7 @@ def code_changes(rule: str, old_rule: Mapping | None, new_rule: Mapping | None) 
         return Cause(CODE, f"{rule}: {', '.join(changed)}")
     versions = leaf_changes(old_rule.get("versions"), new_rule.get("versions"))
     if versions:
-        return Cause(LIBRARY, ", ".join(f"{k} {_shown(a)} → {_shown(b)}" for k, (a, b) in versions.items()))
+        return Cause(LIBRARY, ", ".join(f"{k} {shown_value(a)} → {shown_value(b)}" for k, (a, b) in versions.items()))
     return Cause(CODE, f"{rule} (its code hash differs, but not in a recorded module)")
 
 
@@ -134,8 +135,8 @@ def machine_changes(old: Mapping | None, new: Mapping | None) -> str | None:
     """'CPU A → B; node x → y' for the fields that differ; None when they agree or either is unknown."""
     if not old or not new:
         return None
-    parts = [f"{name} {_shown(old.get(field))} → {_shown(new.get(field))}" for field, name in MACHINE_FIELDS.items()
-             if field in old or field in new
+    parts = [f"{name} {shown_value(old.get(field))} → {shown_value(new.get(field))}"
+             for field, name in MACHINE_FIELDS.items() if field in old or field in new
              if old.get(field) != new.get(field)]
     return "; ".join(parts) or None
 
@@ -230,6 +231,7 @@ class Walk:
 
 _NOTHING_RECORDED_DIFFERS = " changed though nothing its job"
 _ADDED, _REMOVED = " added as an input", " removed as an input"
+_MANY = {_ADDED: " added as inputs", _REMOVED: " removed as inputs"}
 _RAN_ON_ANOTHER_MACHINE = " ran on another machine: "
 
 
@@ -258,9 +260,9 @@ def _merge_inputs(causes: list[Cause]) -> list[Cause]:
     merged = []
     for (kind, reason), repeated in by_reason.items():
         heads = sorted(set(repeated))  # a checkpoint's weights and meta.json are one input
-        if reason in (_ADDED, _REMOVED):
+        if reason in _MANY:
             merged.append(Cause(kind, heads[0] + (reason if len(heads) == 1 else
-                                                  f" and {len(heads) - 1} more{reason.replace('an input', 'inputs')}")))
+                                                  f" and {len(heads) - 1} more{_MANY[reason]}")))
         elif kind != INPUT or len(heads) == 1:
             merged.append(Cause(kind, f"{heads[0]}: {reason}" if heads[0] else reason))
         else:
@@ -272,7 +274,7 @@ def _file_and_reason(cause: Cause) -> tuple[str, str]:
     """(the input file, what moved it) of an input cause; ("", the text) for any other cause."""
     if cause.kind != INPUT:
         return "", cause.text
-    for ending in (_ADDED, _REMOVED):
+    for ending in _MANY:
         if cause.text.endswith(ending):
             return cause.text[:-len(ending)], ending
     head, sep, reason = cause.text.partition(": ")

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from inferlab.jobs.tables import read_provenance, write_table
 from inferlab.review import ledger
-from inferlab.review.attribution import machine_changes
+from inferlab.review.attribution import leaf_changes, machine_changes, shown_value
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.diff_summary import to_markdown
 from inferlab.review.verdicts import diff_metrics
@@ -59,13 +59,31 @@ def config_of(path: Path) -> str | None:
         return None
 
 
-def config_note(old_config: str | None, new_config: str | None) -> str | None:
+# Where the corpus file lives is not what a run computes: its content is in every job's lineage (sha256),
+# so two runs that read the same corpus from two paths ran the same configuration.
+LOCATION_KEYS = frozenset({"corpus_path"})
+
+
+def config_note(old_config: str | None, new_config: str | None, old_record: dict | None = None,
+                new_record: dict | None = None, named: int = 3) -> str | None:
     """A warning when the two runs' configurations differ, so that every 'changed' is read as
-    the configuration's effect first; None when they agree or either is unknown."""
-    if not old_config or not new_config or old_config == new_config:
+    the configuration's effect first; None when they agree or either is unknown. With both runs'
+    causes records it names the settings that differ (the corpus's location does not count);
+    without them it can only compare the config hashes."""
+    old_settings, new_settings = ((record or {}).get("config") for record in (old_record, new_record))
+    if isinstance(old_settings, dict) and isinstance(new_settings, dict):
+        changes = [f"{key} {shown_value(a)} → {shown_value(b)}"
+                   for key, (a, b) in leaf_changes(old_settings, new_settings).items() if key not in LOCATION_KEYS]
+        if not changes:
+            return None
+        more = f" and {len(changes) - named} more" if len(changes) > named else ""
+        what = "; ".join(changes[:named]) + more
+    elif not old_config or not new_config or old_config == new_config:
         return None
-    return (f"The two runs used different configurations (config sha256 {old_config[:12]} → "
-            f"{new_config[:12]}): differences below mix the configuration's effect with the code's.")
+    else:
+        what = f"config sha256 {old_config[:12]} → {new_config[:12]}"
+    return (f"The two runs used different configurations ({what}): differences below mix the configuration's "
+            "effect with the code's.")
 
 
 def record_of(path: Path) -> dict | None:
@@ -95,7 +113,7 @@ def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: di
     old_record = record_of(old_path)
     table = diff_metrics(old, new, old_record, new_record)
     machine = runs_machine_text(old, new, old_record, new_record)
-    note = config_note(config_of(old_path), new_config)
+    note = config_note(config_of(old_path), new_config, old_record, new_record)
     markdown = to_markdown(table, _label(old_path), new_label, show_all=show_all, note=note, machine=machine)
     return Changes(_label(old_path), table, markdown, diff_figure(old, new), machine, note)
 
