@@ -174,6 +174,28 @@ def test_freezing_is_scoped_and_each_model_keeps_its_own_constants():
     assert first.stamp()["frozen_weights"] is True and len(first.compile_ms) == 2
 
 
+def test_the_engines_settings_reach_its_compiles_and_no_other():
+    """Freezing and the weights key are applied by dynamo's compile callbacks: an engine's compile
+    gets them (its projections reach the C++ GEMM template, which needs frozen weights), even after
+    something cleared the callbacks (torch._dynamo.reset() does), and a compile outside the engine,
+    in the same process, sees the caller's settings."""
+    seen = []
+
+    def recording_backend(graph, example_inputs):
+        seen.append(torch._inductor.config.freezing)
+        return graph.forward
+
+    before = torch._inductor.config.freezing
+    torch._dynamo.callback_handler.clear()
+    engine = make_engine("compiled", check=False)
+    session = engine.open(tiny_gpt(32, 5))
+    session.forward(torch.tensor([[5, 2]]), 0)
+    session.forward(torch.tensor([[8]]), 2)
+    assert [count["cpp_gemm_template"] > 0 for count in engine.kernels.values()] == [True]
+    torch.compile(lambda x: x + 1, backend=recording_backend)(torch.ones(2))
+    assert seen == [before] and torch._inductor.config.freezing == before
+
+
 def test_frozen_graphs_are_cached_on_disk_under_their_weights():
     """A second engine compiling a copy of the same weights loads the graph from inductor's on-disk
     cache; a model of the same shape with other weights misses it and runs with its own weights

@@ -156,6 +156,41 @@ class EagerEngine:
                 "engine_fallback_reason": self.engine_fallback_reason, "compile_ms_total": 0.0}
 
 
+# --------------------------------------------------------------------------- compile-time settings
+
+# Dynamo reads the global torch._inductor.config.freezing when it traces, and inductor reads it and
+# the post-grad pass (the weights key of core/graph_cache.py) when it compiles; a call that finds
+# its graph compiled reads neither. So a call only names the settings its compile would need, and
+# dynamo's compile callbacks apply them for the compile's duration and restore the caller's values.
+# Setting the two flags around every call instead cost 14 us a call (measured on the 2-core Xeon,
+# c1_dim64 step 0.181 against 0.167 ms): inductor's config setter is Python with dirty tracking.
+_call_settings: list[tuple[bool, WeightsKey | None]] = []  # the calls in progress, innermost last
+_settings_saved: list[tuple | None] = []  # per compile in progress: the caller's values, or None
+
+
+def _apply_call_settings(_args) -> None:
+    inductor_config = torch._inductor.config
+    if not _call_settings:  # a compile that is not the engine's (the uncached baseline, a user's)
+        _settings_saved.append(None)
+        return
+    _settings_saved.append((inductor_config.freezing, inductor_config.post_grad_custom_post_pass))
+    inductor_config.freezing, inductor_config.post_grad_custom_post_pass = _call_settings[-1]
+
+
+def _restore_caller_settings(_args) -> None:
+    saved = _settings_saved.pop() if _settings_saved else None
+    if saved is not None:
+        torch._inductor.config.freezing, torch._inductor.config.post_grad_custom_post_pass = saved
+
+
+def _register_compile_callbacks() -> None:
+    """Dynamo applies the innermost engine call's settings to each compile (registered once)."""
+    handler = torch._dynamo.callback_handler
+    if _apply_call_settings not in handler.start_callbacks:
+        handler.register_start_callback(_apply_call_settings)
+        handler.register_end_callback(_restore_caller_settings)
+
+
 # --------------------------------------------------------------------------- static forward
 
 def _eager_static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor, k_caches: list[torch.Tensor],
@@ -174,13 +209,18 @@ class CompiledSession:
         weight = model.tok_emb.weight
         self.k_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
         self.v_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
+        # each (start, count)'s positions tensor, made once: a new one per step cost 10 us of a
+        # c1_dim64 step (0.17 ms, 2-core Xeon); the graphs only read it
+        self._positions: dict[tuple[int, int], torch.Tensor] = {}
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
         n = tokens.size(1)
         if start + n > self.model.config.max_seq_len:
             raise ValueError(f"position {start + n - 1} exceeds the context {self.model.config.max_seq_len}")
-        positions = torch.arange(start, start + n, device=tokens.device)
+        positions = self._positions.get((start, n))
+        if positions is None:
+            positions = self._positions[start, n] = torch.arange(start, start + n, device=tokens.device)
         step = self.engine.step_for(self.model, n)
         return step(self.model, tokens, positions, self.k_caches, self.v_caches,
                     context_bucket(start + n, self.model.config.max_seq_len))
@@ -274,7 +314,8 @@ class CompiledEngine:
 
         Any call may compile: the first for a new (fn, models, shapes), and a later one whose
         guards fail (an eager forward of the same model sets its cache attributes, which dynamo
-        guards). So every call runs with freezing on, and a call after which inductor has loaded
+        guards). So every call names its freezing and weights key, which a compile applies (see
+        _apply_call_settings), and a call after which inductor has loaded
         new generated code is timed into compile_ms[label] and its kernels into kernels[label].
         """
         for model in models:
@@ -286,16 +327,12 @@ class CompiledEngine:
                                                            options=self.options or None)
 
         def run():
-            # dynamo reads the global flag when it traces: set only around the compiled call, by
-            # hand (config.patch builds a class per call: measured 10% of a small model's step)
-            inductor_config = torch._inductor.config
-            before = inductor_config.freezing, inductor_config.post_grad_custom_post_pass
-            inductor_config.freezing = self.freeze_weights
-            inductor_config.post_grad_custom_post_pass = weights_key
+            _register_compile_callbacks()  # again: torch._dynamo.reset() drops every callback
+            _call_settings.append((self.freeze_weights, weights_key))
             try:
                 return compiled(*models, *args)
             finally:
-                inductor_config.freezing, inductor_config.post_grad_custom_post_pass = before
+                _call_settings.pop()
         return self._accounted(label, run)
 
     def _weights_key(self, models: tuple[GPT, ...]) -> WeightsKey | None:
