@@ -424,6 +424,10 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
         assert ev["best_wall_speedup"] == pytest.approx(rows["wall_speedup"].max())
         for draft, group in rows.groupby("draft"):
             assert f"{draft} {group['c_time'].iloc[0]:.3f}" in m.verdict
+    # the chosen group's paragraph, then one bullet per engine (a reviewer reads each on its own), then identity
+    lead, heading, per_engine, identity = m.verdict_parts()[:4]
+    assert lead.startswith("Chosen: draft") and heading == "Per engine:" and identity.startswith("Greedy identity")
+    assert [item.split(":")[0] for item in per_engine] == ["eager", "compiled"]
     eager, compiled = m.evidence["engines"]["eager"], m.evidence["engines"]["compiled"]
     # eager speculative runs are slower than target-only here: the verdict says so, with alpha and c
     assert eager["best_wall_speedup"] < 1.0 and "no group beats target-only on the wall clock" in m.verdict
@@ -610,7 +614,16 @@ def test_failed_milestone_shows_as_failed_in_the_report(tmp_path):
     write_report(full_data(**spec_tables(all_identical=False)), paths, {}, MACHINE)
     table = pd.read_parquet(paths.milestones).set_index("milestone")
     assert table.loc["M3", "status"] == FAIL
-    assert "FAIL" in Path(paths.html).read_text(encoding="utf-8")
+    html = Path(paths.html).read_text(encoding="utf-8")
+    assert "FAIL" in html
+    # M3's verdict lists its engines as bullets on the page, and reads on one line in a table cell
+    bullets = re.search(r'<ul class="verdict">(.*?)</ul>', html, re.S)
+    items = re.findall(r"<li>(.*?)</li>", bullets.group(1)) if bullets else []
+    assert [item.split(":")[0] for item in items] == ["eager", "compiled"]
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    assert "Per engine:\n- eager: best " in markdown and "\n- compiled: best " in markdown
+    line = check_m3(full_data(**spec_tables(all_identical=False)), MACHINE).verdict_line
+    assert "\n" not in line and "Per engine: eager: best " in line and "; compiled: best " in line
 
 
 def test_external_url_pattern_catches_urls():

@@ -62,7 +62,8 @@ _TEMPLATE = r"""<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>%TITLE%</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:60em;padding:0 1em;color:#222}
+body{font-family:system-ui,"Noto Sans CJK SC","Source Han Sans SC","PingFang SC","Microsoft YaHei",sans-serif;
+margin:1.5em auto;max-width:60em;padding:0 1em;color:#222}
 h1{font-size:1.4em}
 .controls{display:grid;grid-template-columns:7em 1fr 7em;gap:.4em 1em;align-items:center;max-width:40em}
 .stats{display:flex;gap:2em;margin:1em 0;font-size:1.1em} .stats b{font-variant-numeric:tabular-nums}

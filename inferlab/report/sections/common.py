@@ -32,8 +32,8 @@ INPUT_TITLES = {
 
 
 def status_table(milestones: list[Milestone]) -> pd.DataFrame:
-    return pd.DataFrame([{"milestone": m.id, "status": m.status.upper(), "headline": m.headline, "verdict": m.verdict}
-                         for m in milestones])
+    return pd.DataFrame([{"milestone": m.id, "status": m.status.upper(), "headline": m.headline,
+                          "verdict": m.verdict_line} for m in milestones])
 
 
 def select_columns(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
