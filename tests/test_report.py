@@ -425,7 +425,7 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
         for draft, group in rows.groupby("draft"):
             assert f"{draft} {group['c_time'].iloc[0]:.3f}" in m.verdict
     # the chosen group's paragraph, then one bullet per engine (a reviewer reads each on its own), then identity
-    lead, heading, per_engine, identity = m.verdict_parts()[:4]
+    lead, heading, per_engine, identity = m.verdict_parts[:4]
     assert lead.startswith("Chosen: draft") and heading == "Per engine:" and identity.startswith("Greedy identity")
     assert [item.split(":")[0] for item in per_engine] == ["eager", "compiled"]
     eager, compiled = m.evidence["engines"]["eager"], m.evidence["engines"]["compiled"]

@@ -36,28 +36,25 @@ class Milestone:
         """The title without its leading id, where the id is printed beside it (the cards)."""
         return self.title.removeprefix(f"{self.id} ")
 
+    @property
     def verdict_parts(self) -> list[str | list[str]]:
-        """The verdict as Markdown writes it: paragraphs (text) and bulleted lists (lists of items)."""
-        return verdict_parts(self.verdict)
+        """The verdict as Markdown writes it: paragraphs (split at blank lines) as text, and the lines of a
+        paragraph that start with "- " as a bulleted list (a list of items)."""
+        parts: list[str | list[str]] = []
+        for paragraph in self.verdict.strip().split("\n\n"):
+            lines = paragraph.strip().splitlines()
+            lead = [line for line in lines if not line.startswith("- ")]
+            items = [line[2:] for line in lines if line.startswith("- ")]
+            if lead:
+                parts.append(" ".join(lead))
+            if items:
+                parts.append(items)
+        return parts
 
     @property
     def verdict_line(self) -> str:
         """The verdict on one line, for a table cell: each list item after its lead, joined by '; '."""
-        return " ".join(part if isinstance(part, str) else "; ".join(part) for part in self.verdict_parts())
-
-
-def verdict_parts(text: str) -> list[str | list[str]]:
-    """Paragraphs, split at blank lines, and bulleted lists: the lines of a paragraph that start with "- "."""
-    parts: list[str | list[str]] = []
-    for paragraph in text.strip().split("\n\n"):
-        lines = paragraph.strip().splitlines()
-        lead = [line for line in lines if not line.startswith("- ")]
-        items = [line[2:] for line in lines if line.startswith("- ")]
-        if lead:
-            parts.append(" ".join(lead))
-        if items:
-            parts.append(items)
-    return parts
+        return " ".join(part if isinstance(part, str) else "; ".join(part) for part in self.verdict_parts)
 
 
 def bool_all(series: pd.Series) -> bool:
