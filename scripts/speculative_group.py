@@ -38,7 +38,8 @@ for name in p.engines:
     tables["runs"].append(run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps,
                                     progress_file=log, engine=engine))
     tables["greedy"].append(run_greedy_identity(target, draft, prompts, p.new_tokens, p.k, engine=engine))
-    tables["forward"].append(run_forward_timing(target, draft, context, p.k, p.forward_reps, engine=engine))
+    tables["forward"].append(run_forward_timing(target, draft, context, p.k, p.forward_reps, engine=engine,
+                                                    settings=settings))
     engines[name] = engine.stamp()
 runs, greedy, forward = (pd.concat(tables[key], ignore_index=True) for key in ("runs", "greedy", "forward"))
 contention = contention_stamp(before, load_snapshot(), float(

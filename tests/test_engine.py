@@ -26,7 +26,8 @@ from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.kvcache.bench import STEP_LABEL, compiled_step_split, profile_cached_step, time_generation
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS, STEP_SPLIT_PARTS
-from inferlab.speculative.decode import SamplingSettings, speculative_decode
+from inferlab.speculative.decode import SamplingSettings, draft_half_ms, speculative_decode
+from inferlab.speculative.fused import proposals_only, speculative_round
 from inferlab.speculative.summary import best_groups_by_engine
 from tests.test_speculative import chi_square, chi_square_limit, perturbed, tiny_gpt
 
@@ -124,6 +125,29 @@ def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
     assert rounds, f"no fused round was compiled: {sorted(kernels)}"
     assert kernels[rounds[0]]["kernel_launches"] > 0 and kernels[rounds[0]]["cpp_gemm_template"] > 0
     assert not any(label.startswith("d64xL1:") for label in kernels), "the smoke compile's toy is not stamped"
+
+
+def test_a_rounds_draft_half_is_timed_as_the_round_runs_it(compiled, pair):
+    """The draft half timed on its own (Experiment 3's role "draft_half") is the round's own code:
+    from the same caches and uniforms it proposes the tokens the whole round proposes, and it is a
+    graph of its own on the engine's stamp."""
+    target, draft = pair
+    k, seq = 2, [3, 1, 4, 1, 5]
+    sessions = [compiled.open(model) for model in (target, draft)]
+    for session in sessions:
+        session.forward(torch.tensor([seq[:-1]]), 0)
+    (t, d), context = sessions, context_bucket(len(seq) + k, target.config.max_seq_len)
+    uniforms = torch.rand(2 * k + 1, generator=torch.Generator().manual_seed(3))
+    common = (torch.tensor([seq[-2:]]), torch.tensor([len(seq)]), uniforms, torch.tensor(False), 1.0, 1.0, context)
+    half = compiled.call(proposals_only, (draft,), "half", (d.k_caches, d.v_caches), *common)
+    whole = compiled.call(speculative_round, (target, draft), "round", (t.k_caches, t.v_caches),
+                          (d.k_caches, d.v_caches), *common)
+    assert half.tolist() == whole[:k].tolist()
+    times = draft_half_ms(draft, 6, k, SamplingSettings(), reps=2, warmup=1, engine=compiled)
+    assert len(times) == 2 and min(times) > 0
+    assert any(label.startswith("draft_half:") and ":k2:" in label for label in compiled.compile_ms)
+    with pytest.raises(ValueError, match="fused rounds"):
+        draft_half_ms(draft, 6, k, SamplingSettings(), reps=1, engine=EagerEngine())
 
 
 def test_fused_round_refuses_a_draft_with_another_context(pair):

@@ -206,6 +206,9 @@ def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str
                              "forward_ms": 1.2},
                             {**cols, "draft": draft, "k": k, "role": "draft", "tokens_per_forward": 1,
                              "forward_ms": cost}]
+                if engine == "compiled":  # its rounds are one graph: the drafts are timed as one call
+                    forward.append({**cols, "draft": draft, "k": k, "role": "draft_half", "tokens_per_forward": k,
+                                    "forward_ms": 0.6 * k * cost})
                 ident += [{**cols, "draft": draft, "k": k, "prompt_index": p,
                            "identical": all_identical or not (k == 3 and p == 1 and engine == "eager")}
                           for p in (0, 1)]
@@ -445,6 +448,19 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     over = fastest["draft_step_ms"] / SPEC_STEP_BOUNDS[fastest["draft"]]
     assert "a target step takes 1.000 ms, 3.3x its bound (0.300 ms)" in m.verdict
     assert f"a {fastest['draft']} step {fastest['draft_step_ms']:.3f} ms, {over:.1f}x its bound" in m.verdict
+    # the rounds' drafts: k separate steps on eager, one timed graph on compiled, whose step is c in a round
+    eager_rows = summary[summary["engine"] == "eager"]
+    assert not eager_rows["drafts_in_one_graph"].any()
+    assert (eager_rows["round_draft_ms"] == eager_rows["k"] * eager_rows["draft_step_ms"]).all()
+    assert rows["drafts_in_one_graph"].all()
+    assert rows["round_draft_ms"].tolist() == pytest.approx((0.6 * rows["k"] * rows["draft_step_ms"]).tolist())
+    assert rows["c_time_in_round"].tolist() == pytest.approx((0.6 * rows["c_time"]).tolist())
+    in_round = rows[rows["draft"] == fastest["draft"]]
+    assert (f"inside a round's graph, where no draft step is a call of its own, a {fastest['draft']} step costs "
+            f"{in_round['draft_step_in_round_ms'].min():.3f}-{in_round['draft_step_in_round_ms'].max():.3f} ms"
+            ) in per_engine[1]
+    assert "inside a round's graph" not in per_engine[0]
+    assert f"{int(fastest['k'])} draft step" in per_engine[1] and "as one graph" in per_engine[1]
 
 
 def test_m3_says_when_a_one_graph_round_costs_less_than_its_calls_one_by_one():

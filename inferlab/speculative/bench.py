@@ -23,6 +23,7 @@ from inferlab.corpus.text import Vocabulary
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
+    draft_half_ms,
     forward_ms,
     speculative_decode,
 )
@@ -99,17 +100,24 @@ def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens
 
 
 def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
-                       engine: Engine | None = None) -> pd.DataFrame:
-    """Cached forward times: a target step, a draft step, and the target's (k+1)-token verification.
+                       engine: Engine | None = None, settings: SamplingSettings | None = None) -> pd.DataFrame:
+    """Cached forward times: a target step, a draft step, and the target's (k+1)-token verification;
+    on an engine that runs fused rounds also the round's draft half, its k draft steps as one graph
+    (role "draft_half"), which is what such a round pays for its drafts.
 
-    Interleaved rep by rep so that a slow stretch of the machine hits all three alike.
+    Interleaved rep by rep so that a slow stretch of the machine hits all of them alike.
     """
     engine = engine or EagerEngine()
-    cases = [("target", target, 1), ("draft", draft, 1), ("target", target, k + 1)]
+    settings = settings or SamplingSettings()
+    cases = [("target", 1, partial(forward_ms, target, context, 1)),
+             ("draft", 1, partial(forward_ms, draft, context, 1)),
+             ("target", k + 1, partial(forward_ms, target, context, k + 1))]
+    if engine.runs_fused_rounds:
+        cases.append(("draft_half", k, partial(draft_half_ms, draft, context, k, settings)))
     rows = []
     for rep in range(reps):
-        for role, model, n_tokens in cases:
-            ms = forward_ms(model, context, n_tokens, reps=1, warmup=1 if rep else 3, engine=engine)[0]
+        for role, n_tokens, timing in cases:
+            ms = timing(reps=1, warmup=1 if rep else 3, engine=engine)[0]
             rows.append({"k": k, "role": role, "tokens_per_forward": n_tokens, "context": context,
                          "rep": rep, "forward_ms": ms})
     return pd.DataFrame(rows).assign(**engine_columns(engine))

@@ -30,7 +30,7 @@ from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.static_forward import context_bucket
 from inferlab.core.timing import timed_ms
-from inferlab.speculative.fused import overlap, residual_probs, sampled_step, speculative_round
+from inferlab.speculative.fused import overlap, proposals_only, residual_probs, sampled_step, speculative_round
 
 
 @dataclass(frozen=True)
@@ -330,6 +330,34 @@ def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int =
         times = []
         for i in range(warmup + reps):
             _, elapsed = timed_ms(lambda: sessions[0].forward(step_ids, context))
+            if i >= warmup:
+                times.append(elapsed)
+        return times
+    finally:
+        _close(sessions)
+
+
+@torch.no_grad()
+def draft_half_ms(draft: GPT, context: int, k: int, settings: SamplingSettings, reps: int, warmup: int = 3,
+                  engine: Engine | None = None) -> list[float]:
+    """Wall time of a fused round's draft half after `context` tokens: its k draft steps and draws
+    as one graph (inferlab.speculative.fused.proposals_only), so what the round pays for its drafts
+    without a call per step. Only on an engine that runs fused rounds; reps timings in ms."""
+    if engine is None or not engine.runs_fused_rounds:
+        raise ValueError("a round's draft half is its own graph only on an engine that runs fused rounds")
+    sessions = _open(engine, [draft], context + k)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(draft.config.vocab_size, (1, context), generator=gen)
+        sessions[0].forward(ids[:, :context - 2], 0)  # a round finds the draft valid up to n - 3
+        caches = (sessions[0].k_caches, sessions[0].v_caches)
+        bucket = context_bucket(context + k, draft.config.max_seq_len)
+        args = (caches, ids[:, context - 2:], torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
+                torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p), bucket)
+        label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
+        times = []
+        for i in range(warmup + reps):
+            _, elapsed = timed_ms(lambda: engine.call(proposals_only, (draft,), label, *args).tolist())
             if i >= warmup:
                 times.append(elapsed)
         return times

@@ -64,16 +64,11 @@ def residual_probs(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, residual / mass, p)
 
 
-def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list], draft_caches: tuple[list, list],
-                      last_two: torch.Tensor, n: torch.Tensor, uniforms: torch.Tensor, greedy: torch.Tensor,
-                      temperature: float, top_p: float, context: int) -> torch.Tensor:
-    """One round for a sequence of n tokens whose last two are last_two (1, 2); n is a (1,) tensor.
-    Every forward attends over the first `context` slots (the bucket that holds position n + k - 1).
-
-    uniforms (2k + 1,): k for the draft draws, k for the accept tests, one for the replacement
-    or bonus token. Returns float32 (2k + 2,): the k draft tokens, m, the token emitted after
-    the m accepted ones, and sum_x min(p, q) at each of the k draft positions.
-    """
+def draft_proposals(draft: GPT, draft_caches: tuple[list, list], last_two: torch.Tensor, n: torch.Tensor,
+                    uniforms: torch.Tensor, greedy: torch.Tensor, temperature: float, top_p: float,
+                    context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft half of a round: k tokens, each drawn (or taken by argmax) from the draft's
+    distribution after the one before, with uniforms[:k]. Returns the tokens (k,) and q (k, V)."""
     k = (uniforms.size(0) - 1) // 2
     tokens_in, positions = last_two, n - 2 + torch.arange(2)
     drafts, draft_probs = [], []
@@ -85,11 +80,33 @@ def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list],
         drafts.append(token)
         draft_probs.append(q)
         tokens_in, positions = token.view(1, 1), n + i
-    drafted = torch.stack(drafts)  # (k,)
+    return torch.stack(drafts), torch.stack(draft_probs)
+
+
+def proposals_only(draft: GPT, draft_caches: tuple[list, list], last_two: torch.Tensor, n: torch.Tensor,
+                   uniforms: torch.Tensor, greedy: torch.Tensor, temperature: float, top_p: float,
+                   context: int) -> torch.Tensor:
+    """draft_proposals as a graph of its own, to time what a round's draft half costs inside one
+    graph (no call per step); returns the k tokens as float32, like the round's first k values."""
+    drafted, _ = draft_proposals(draft, draft_caches, last_two, n, uniforms, greedy, temperature, top_p, context)
+    return drafted.float()
+
+
+def speculative_round(target: GPT, draft: GPT, target_caches: tuple[list, list], draft_caches: tuple[list, list],
+                      last_two: torch.Tensor, n: torch.Tensor, uniforms: torch.Tensor, greedy: torch.Tensor,
+                      temperature: float, top_p: float, context: int) -> torch.Tensor:
+    """One round for a sequence of n tokens whose last two are last_two (1, 2); n is a (1,) tensor.
+    Every forward attends over the first `context` slots (the bucket that holds position n + k - 1).
+
+    uniforms (2k + 1,): k for the draft draws, k for the accept tests, one for the replacement
+    or bonus token. Returns float32 (2k + 2,): the k draft tokens, m, the token emitted after
+    the m accepted ones, and sum_x min(p, q) at each of the k draft positions.
+    """
+    k = (uniforms.size(0) - 1) // 2
+    drafted, q = draft_proposals(draft, draft_caches, last_two, n, uniforms, greedy, temperature, top_p, context)
     verify_in = torch.cat([last_two[0, 1:], drafted]).view(1, k + 1)
     target_logits = static_forward(target, verify_in, n - 1 + torch.arange(k + 1), *target_caches, context=context)[0]
     p = logits_to_probs(target_logits, temperature=temperature, top_p=top_p)  # (k + 1, V)
-    q = torch.stack(draft_probs)  # (k, V)
     p_x = p[:k].gather(1, drafted.view(k, 1))[:, 0]
     q_x = q.gather(1, drafted.view(k, 1))[:, 0]
     best = target_logits.argmax(-1)  # (k + 1,)

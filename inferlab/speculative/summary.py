@@ -29,13 +29,19 @@ def _wall_by_rep(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return runs.groupby([*keys, "rep"], as_index=False)["wall_ms"].sum()
 
 
-def round_breakdown(spec_wall_ms: float, rounds: int, k: int, draft_ms: float, verify_ms: float) -> dict:
-    """Where a round's wall time goes: k draft steps and one verification, as the forward timings
-    measure them one call at a time, and the rest (the accept rule, sampling, Python and the cost
-    of each call). The rest is negative where one graph per round saves what separate calls pay."""
+def round_breakdown(spec_wall_ms: float, rounds: int, k: int, draft_ms: float, verify_ms: float,
+                    draft_half_ms: float | None = None) -> dict:
+    """Where a round's wall time goes: its k draft steps, one verification, and the rest (the accept
+    rule, sampling, Python and the cost of each call).
+
+    The drafts cost draft_half_ms where the engine runs them as one graph (timed as such), else k
+    separate steps; the verification is timed as a call of its own. The rest is negative where the
+    whole round, one graph, saves a call's fixed cost over its parts timed apart."""
     round_ms = spec_wall_ms / rounds
-    return {"round_ms": round_ms, "round_draft_ms": k * draft_ms, "round_verify_ms": verify_ms,
-            "round_rest_ms": round_ms - k * draft_ms - verify_ms}
+    drafts_ms = k * draft_ms if draft_half_ms is None else draft_half_ms
+    return {"round_ms": round_ms, "round_draft_ms": drafts_ms, "round_verify_ms": verify_ms,
+            "round_rest_ms": round_ms - drafts_ms - verify_ms,
+            "draft_step_in_round_ms": drafts_ms / k, "drafts_in_one_graph": draft_half_ms is not None}
 
 
 def with_step_bounds(summary: pd.DataFrame, bound_ms: dict[str, float], target_name: str) -> pd.DataFrame:
@@ -84,11 +90,14 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         target_ms = float(fwd[(draft, k, "target", 1)])
         draft_ms = float(fwd[(draft, k, "draft", 1)])
         verify_ms = float(fwd[(draft, k, "target", k + 1)])
+        draft_half = fwd.get((draft, k, "draft_half", k))
         c_params = params[draft] / params[target_name]
         c_time = draft_ms / target_ms
         group_wall = spec_wall[(spec_wall["draft"] == draft) & (spec_wall["k"] == k)]
         paired = group_wall.merge(base_wall, on="rep", suffixes=("_spec", "_base"))
         ratios = paired["wall_ms_base"] / paired["wall_ms_spec"]
+        breakdown = round_breakdown(float(paired["wall_ms_spec"].median()), rec["rounds"], k, draft_ms, verify_ms,
+                                    None if draft_half is None else float(draft_half))
         rows.append({
             **{key: rec[key] for key in ("draft", "k", "runs", "new_tokens", "rounds", "target_forwards",
                                          "draft_forwards", "drafted", "proposed", "accepted", "generated")},
@@ -110,7 +119,9 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "speedup_theory_time": theoretical_speedup(formula, k, c_time),
             # the same cost model, with the measured cost of the (k+1)-token verification
             "speedup_forward_model": formula * target_ms / (k * draft_ms + verify_ms),
-            **round_breakdown(float(paired["wall_ms_spec"].median()), rec["rounds"], k, draft_ms, verify_ms),
+            **breakdown,
+            # c as a round pays it: on an engine that runs the round as one graph, no call per draft step
+            "c_time_in_round": breakdown["draft_step_in_round_ms"] / target_ms,
             "spec_wall_ms": float(paired["wall_ms_spec"].median()),
             "baseline_wall_ms": float(paired["wall_ms_base"].median()),
             "wall_speedup": float(statistics.median(ratios)),

@@ -34,7 +34,7 @@ SPEC_EVIDENCE = {
 
 
 # A round's wall time split as speculative_summary.round_breakdown writes it.
-ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_rest_ms")
+ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_rest_ms", "draft_step_in_round_ms")
 # Each step against its bound, as speculative_summary.with_step_bounds writes it.
 STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound_ms", "draft_step_bound_ms",
                "target_step_over_bound", "draft_step_over_bound")
@@ -44,8 +44,9 @@ STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound
 COMPILED_WALL_TARGET = 1.2
 
 
-def _steps(k: int) -> str:
-    return "1 draft step" if k == 1 else f"{k} draft steps"
+def _steps(k: int, in_one_graph: bool) -> str:
+    steps = "1 draft step" if k == 1 else f"{k} draft steps"
+    return f"{steps} as one graph" if in_one_graph else steps
 
 
 def _rest(rest_ms: float) -> str:
@@ -59,12 +60,19 @@ def _rest(rest_ms: float) -> str:
 def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
     """How far the target's step and the draft's are from their bounds (weights and cache read once at
     the probe's bandwidth): the draft's step far above its own is a call's fixed cost, which is why
-    c by time stays well above c by parameters."""
+    c by time stays well above c by parameters. Where the round runs its drafts as one graph, what a
+    draft step costs there, with no call of its own."""
     row = rows[rows["draft"] == draft].iloc[0]
-    return (f"; a target step takes {row['target_step_ms']:.3f} ms, {row['target_step_over_bound']:.1f}x its bound "
+    text = (f"; a target step takes {row['target_step_ms']:.3f} ms, {row['target_step_over_bound']:.1f}x its bound "
             f"({row['target_step_bound_ms']:.3f} ms), a {draft} step {row['draft_step_ms']:.3f} ms, "
             f"{row['draft_step_over_bound']:.1f}x its bound ({row['draft_step_bound_ms']:.3f} ms), so c by time "
             f"{row['c_time']:.3f} against {row['c_params']:.3f} by parameters")
+    if bool(row["drafts_in_one_graph"]):
+        in_round = rows[rows["draft"] == draft]
+        text += (f"; inside a round's graph, where no draft step is a call of its own, a {draft} step costs "
+                 f"{in_round['draft_step_in_round_ms'].min():.3f}-{in_round['draft_step_in_round_ms'].max():.3f} ms "
+                 f"over k (c {in_round['c_time_in_round'].min():.3f}-{in_round['c_time_in_round'].max():.3f})")
+    return text
 
 
 def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
@@ -102,7 +110,8 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
     text += (". Why: c by time " + ", ".join(f"{d} {c:.3f}" for d, c in c_by_draft.items())
              + _bound_clause(rows, str(fastest["draft"])))
     text += (f". A (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps, and "
-             f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: {_steps(int(fastest['k']))} "
+             f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: "
+             f"{_steps(int(fastest['k']), bool(fastest['drafts_in_one_graph']))} "
              f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, " + _rest(ev['round_rest_ms']))
     if ev["best_wall_speedup"] < 1.0:
         text += (f"; no group beats target-only on the wall clock (best {ev['best_wall_speedup']:.2f}x, "
