@@ -317,6 +317,27 @@ def test_touching_the_package_reruns_nothing(completed_run):
     assert _dry_run_jobs(completed_run) == {}
 
 
+@pytest.mark.slow
+def test_a_re_dated_corpus_reruns_nothing_and_a_changed_one_reruns_the_corpus_job(tmp_path):
+    """Above Snakemake's own 1 MB limit for comparing inputs by content, as the real corpus is."""
+    for name in ("Snakefile", "workflow", "scripts", "config", "inferlab", "profiles"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    _write_tiny_run_inputs(tmp_path)
+    corpus = tmp_path / "corpus.txt"
+    chapters = synthetic_corpus(n_chapters=14, paragraphs=8)
+    text = "".join(synthetic_corpus(n_chapters=14, paragraphs=8, seed=seed) for seed in range(60))
+    corpus.write_text(text, encoding="utf-8")
+    assert corpus.stat().st_size > 1_000_000
+    target = "results/corpus/stats.json"
+    built = _snakemake(tmp_path, "--", target)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    later = corpus.stat().st_mtime + 3600
+    os.utime(corpus, (later, later))  # what a copy, a remount or a checkout does to a file it leaves alone
+    assert _dry_run_jobs(tmp_path, "--", target) == {}
+    corpus.write_text(text + chapters, encoding="utf-8")
+    assert _dry_run_jobs(tmp_path, "--", target) == {"prepare_corpus": 1}
+
+
 def _current_code_hashes(workdir: Path) -> dict[str, str]:
     """{rule: code_sha256} as common.smk computes it, read from the rule files' code_hash(...) params."""
     common = (ROOT / "workflow/rules/common.smk").read_text(encoding="utf-8")
