@@ -6,8 +6,10 @@ choices of c, and the measured wall-clock speedup; then the best group by each c
 
 from __future__ import annotations
 
+import math
 import statistics
 
+import numpy
 import pandas as pd
 
 
@@ -130,7 +132,20 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "timing_reps": len(ratios),
             "reruns_identical": bool(consistent[(draft, k)]),
         })
-    return pd.DataFrame(rows).sort_values(["draft", "k"], ignore_index=True)
+    return with_marginal_draft_step(pd.DataFrame(rows)).sort_values(["draft", "k"], ignore_index=True)
+
+
+def with_marginal_draft_step(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per draft, what one more draft step adds to a round: the least-squares slope of round_draft_ms
+    over k (what a round pays once for its drafts, such as a call's fixed cost, stays in the
+    intercept), and that slope as c against the draft's median target step. NaN with a single k."""
+    parts = []
+    for _, rows in summary.groupby("draft", sort=False):
+        ks, drafts_ms = rows["k"].astype(float), rows["round_draft_ms"].astype(float)
+        slope = float(numpy.polyfit(ks, drafts_ms, 1)[0]) if ks.nunique() > 1 else math.nan
+        parts.append(rows.assign(draft_step_marginal_ms=slope,
+                                 c_time_marginal=slope / float(rows["target_step_ms"].median())))
+    return pd.concat(parts)
 
 
 BEST_CRITERIA = {

@@ -60,18 +60,16 @@ def _rest(rest_ms: float) -> str:
 def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
     """How far the target's step and the draft's are from their bounds (weights and cache read once at
     the probe's bandwidth): the draft's step far above its own is a call's fixed cost, which is why
-    c by time stays well above c by parameters. Where the round runs its drafts as one graph, what a
-    draft step costs there, with no call of its own."""
+    c by time stays well above c by parameters. Where the round runs its drafts as one graph, what one
+    more draft step adds there, with no call of its own (speculative_summary.with_marginal_draft_step)."""
     row = rows[rows["draft"] == draft].iloc[0]
     text = (f"; a target step takes {row['target_step_ms']:.3f} ms, {row['target_step_over_bound']:.1f}x its bound "
             f"({row['target_step_bound_ms']:.3f} ms), a {draft} step {row['draft_step_ms']:.3f} ms, "
             f"{row['draft_step_over_bound']:.1f}x its bound ({row['draft_step_bound_ms']:.3f} ms), so c by time "
             f"{row['c_time']:.3f} against {row['c_params']:.3f} by parameters")
-    if bool(row["drafts_in_one_graph"]):
-        in_round = rows[rows["draft"] == draft]
-        text += (f"; inside a round's graph, where no draft step is a call of its own, a {draft} step costs "
-                 f"{in_round['draft_step_in_round_ms'].min():.3f}-{in_round['draft_step_in_round_ms'].max():.3f} ms "
-                 f"over k (c {in_round['c_time_in_round'].min():.3f}-{in_round['c_time_in_round'].max():.3f})")
+    if bool(row["drafts_in_one_graph"]) and pd.notna(row["draft_step_marginal_ms"]):
+        text += (f"; inside a round's graph, where no draft step is a call of its own, each further {draft} step "
+                 f"adds {row['draft_step_marginal_ms']:.3f} ms (c {row['c_time_marginal']:.3f})")
     return text
 
 
