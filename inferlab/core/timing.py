@@ -23,3 +23,10 @@ def timed_ms(fn: Callable[[], object], device: str = "cpu") -> tuple[object, flo
     out = fn()
     synchronize(device)
     return out, (time.perf_counter() - start) * 1e3
+
+
+def timed_calls_ms(fn: Callable[[], object], reps: int, warmup: int, device: str = "cpu") -> list[float]:
+    """fn run warmup times untimed (a compiled call's first one compiles), then reps times timed; ms each."""
+    for _ in range(warmup):
+        fn()
+    return [timed_ms(fn, device)[1] for _ in range(reps)]

@@ -29,7 +29,7 @@ from inferlab.core.engine import EagerEngine, Engine, model_label
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.static_forward import context_bucket
-from inferlab.core.timing import timed_ms
+from inferlab.core.timing import timed_calls_ms
 from inferlab.speculative.fused import overlap, proposals_only, residual_probs, sampled_step, speculative_round
 
 
@@ -327,12 +327,7 @@ def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int =
         if context:
             sessions[0].forward(ids[:, :context], 0)
         step_ids = ids[:, context:]
-        times = []
-        for i in range(warmup + reps):
-            _, elapsed = timed_ms(lambda: sessions[0].forward(step_ids, context))
-            if i >= warmup:
-                times.append(elapsed)
-        return times
+        return timed_calls_ms(lambda: sessions[0].forward(step_ids, context), reps, warmup)
     finally:
         _close(sessions)
 
@@ -355,11 +350,6 @@ def draft_half_ms(draft: GPT, context: int, k: int, settings: SamplingSettings, 
         args = (caches, ids[:, context - 2:], torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
                 torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p), bucket)
         label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
-        times = []
-        for i in range(warmup + reps):
-            _, elapsed = timed_ms(lambda: engine.call(proposals_only, (draft,), label, *args).tolist())
-            if i >= warmup:
-                times.append(elapsed)
-        return times
+        return timed_calls_ms(lambda: engine.call(proposals_only, (draft,), label, *args).tolist(), reps, warmup)
     finally:
         _close(sessions)
