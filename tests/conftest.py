@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +14,17 @@ from inferlab.core.graph_cache import pin_cacheable_freezing
 # order in which a worker meets engines (template or default lowering) changes nothing.
 pin_cacheable_freezing()
 
+ROOT = Path(__file__).resolve().parent.parent
 CHINESE_NUMERALS = "一二三四五六七八九十"
+
+
+def link_workflow(workdir: Path, *, package: bool = False) -> Path:
+    """A workdir that runs this checkout's workflow as `snakemake` from the root would: the
+    Snakefile, rules, scripts, config and the default profile (whose settings, such as comparing
+    the corpus by content, every real run gets), and the package when a test must not copy it."""
+    for name in ("Snakefile", "workflow", "scripts", "config", "profiles", *(["inferlab"] if package else [])):
+        (workdir / name).symlink_to(ROOT / name)
+    return workdir
 
 
 def chapter_heading(n: int) -> str:

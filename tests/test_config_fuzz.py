@@ -148,9 +148,8 @@ def test_accepted_fuzzed_configs_pass_a_real_dry_run_and_the_cheapest_job(tmp_pa
     if not ACCEPTED:  # run alone: draw the sample here
         test_every_fuzzed_config_is_refused_by_key_or_accepted()
     assert ACCEPTED, "the fuzzer accepted no overlay: the strategy only draws refusals"
-    for name in ("Snakefile", "workflow", "scripts", "config", "inferlab"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    from tests.conftest import synthetic_corpus
+    from tests.conftest import link_workflow, synthetic_corpus
+    link_workflow(tmp_path, package=True)
     (tmp_path / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
     for i, config in enumerate(ACCEPTED):
         overlay = tmp_path / f"fuzz{i}.yaml"

@@ -31,7 +31,7 @@ from inferlab.jobs.configcheck import ConfigError, check_config, config_problems
 from inferlab.jobs.tables import read_json, read_table, write_json, write_table
 from inferlab.kvcache.anchor import load_anchor
 from inferlab.training.noise_floor import noise_floor_table
-from tests.conftest import synthetic_corpus
+from tests.conftest import link_workflow, synthetic_corpus
 from tests.test_workflow_e2e import SNAKEMAKE, TINY, _merge, _planned_jobs, _snakemake
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -418,8 +418,7 @@ LONG_TRAINING = {"training": {**TINY["training"], "overrides": {DRAFT: {"seed": 
 def trained(tmp_path_factory):
     """A workflow directory with the corpus prepared and the small draft trained."""
     workdir = tmp_path_factory.mktemp("faults")
-    for name in ("Snakefile", "workflow", "scripts", "config"):
-        (workdir / name).symlink_to(ROOT / name)
+    link_workflow(workdir)
     (workdir / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
     quick = yaml.safe_load((ROOT / "config/quick.yaml").read_text(encoding="utf-8"))
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(_merge(quick, TINY), allow_unicode=True), encoding="utf-8")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import synthetic_corpus
+from tests.conftest import link_workflow, synthetic_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "workflow/profiles/slurm"
@@ -30,8 +30,7 @@ pytest.importorskip("snakemake_executor_plugin_slurm", reason="pinned in require
 
 
 def _workdir(path: Path) -> Path:
-    for name in ("Snakefile", "workflow", "scripts", "config"):
-        (path / name).symlink_to(ROOT / name)
+    link_workflow(path)
     (path / "corpus.txt").write_text(synthetic_corpus(n_chapters=4, paragraphs=3), encoding="utf-8")
     return path
 

@@ -24,7 +24,7 @@ from inferlab.jobs.tables import read_json, read_provenance
 from inferlab.jobs.template_lineage import rule_code_sha256
 from inferlab.review.ledger import list_runs
 from inferlab.review.staleness import CURRENT, STALE, lineage_table
-from tests.conftest import synthetic_corpus
+from tests.conftest import link_workflow, synthetic_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -144,8 +144,7 @@ def tiny_run(tmp_path_factory):
     """A workdir for the quick DAG, not built yet: CI's own run when it hands one over
     (INFERLAB_TEST_RUN), else the tiny config on a synthetic corpus."""
     workdir = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "workflow", "scripts", "config"):
-        (workdir / name).symlink_to(ROOT / name)
+    link_workflow(workdir)
     shutil.copytree(ROOT / "inferlab", workdir / "inferlab", ignore=shutil.ignore_patterns("__pycache__"))
     if os.environ.get(SHARED_RUN):
         _adopt_run(Path(os.environ[SHARED_RUN]), workdir)
@@ -245,8 +244,7 @@ def test_bad_config_key_fails_naming_it(completed_run):
 
 
 def test_missing_corpus_says_where_to_put_it(tmp_path):
-    for name in ("Snakefile", "workflow", "scripts", "config", "inferlab"):
-        (tmp_path / name).symlink_to(ROOT / name)
+    link_workflow(tmp_path, package=True)
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({"corpus_url": ""}))
     result = _snakemake(tmp_path, "--config", "corpus_path=nowhere/corpus.txt", "--",
                         "results/corpus/stats.json")
@@ -320,8 +318,7 @@ def test_touching_the_package_reruns_nothing(completed_run):
 @pytest.mark.slow
 def test_a_re_dated_corpus_reruns_nothing_and_a_changed_one_reruns_the_corpus_job(tmp_path):
     """Above Snakemake's own 1 MB limit for comparing inputs by content, as the real corpus is."""
-    for name in ("Snakefile", "workflow", "scripts", "config", "inferlab", "profiles"):
-        (tmp_path / name).symlink_to(ROOT / name)
+    link_workflow(tmp_path, package=True)
     _write_tiny_run_inputs(tmp_path)
     corpus = tmp_path / "corpus.txt"
     chapters = synthetic_corpus(n_chapters=14, paragraphs=8)
