@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from inferlab.core import engine as engine_module
+from inferlab.core import generated_code
 from inferlab.core import static_forward as forward_module
 from inferlab.core.engine import EagerEngine, make_engine
 from inferlab.core.engine_rows import by_engine
@@ -321,7 +322,7 @@ def test_kernel_count_reads_either_wrapper_inductor_writes(source, tmp_path):
     path.write_text(source)
     module = types.ModuleType("graph")
     module.__file__ = str(path)
-    assert engine_module.count_kernels([module]) == {"kernel_launches": 3, "cpp_gemm_template": 2, "aten_calls": 1}
+    assert generated_code.count_kernels([module]) == {"kernel_launches": 3, "cpp_gemm_template": 2, "aten_calls": 1}
 
 
 def test_past_dynamos_recompile_limit_the_engine_fails_instead_of_running_eagerly():
