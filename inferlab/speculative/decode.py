@@ -21,6 +21,7 @@ whatever the caller's input_pos says, see inferlab.core.model.KVCache):
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -309,6 +310,20 @@ def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
 
 # --------------------------------------------------------------------------- forward timing
 
+@contextmanager
+def _prefilled_session(engine: Engine | None, model: GPT, n_ids: int, prefill: int, capacity: int | None = None):
+    """A session of `model` whose cache holds the first `prefill` of n_ids seeded random tokens;
+    yields (session, ids, the generator that drew them, to draw more from the same stream)."""
+    sessions = _open(engine, [model], capacity or n_ids)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(model.config.vocab_size, (1, n_ids), generator=gen)
+        if prefill:
+            sessions[0].forward(ids[:, :prefill], 0)
+        yield sessions[0], ids, gen
+    finally:
+        _close(sessions)
+
 @torch.no_grad()
 def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3,
                engine: Engine | None = None) -> list[float]:
@@ -320,16 +335,9 @@ def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int =
     """
     if engine is not None:
         engine.want_token_counts(n_tokens)
-    sessions = _open(engine, [model], context + n_tokens)
-    try:
-        gen = torch.Generator().manual_seed(0)
-        ids = torch.randint(model.config.vocab_size, (1, context + n_tokens), generator=gen)
-        if context:
-            sessions[0].forward(ids[:, :context], 0)
+    with _prefilled_session(engine, model, context + n_tokens, context) as (session, ids, _):
         step_ids = ids[:, context:]
-        return timed_calls_ms(lambda: sessions[0].forward(step_ids, context), reps, warmup)
-    finally:
-        _close(sessions)
+        return timed_calls_ms(lambda: session.forward(step_ids, context), reps, warmup)
 
 
 @torch.no_grad()
@@ -340,16 +348,11 @@ def draft_half_ms(draft: GPT, context: int, k: int, settings: SamplingSettings, 
     without a call per step. Only on an engine that runs fused rounds; reps timings in ms."""
     if engine is None or not engine.runs_fused_rounds:
         raise ValueError("a round's draft half is its own graph only on an engine that runs fused rounds")
-    sessions = _open(engine, [draft], context + k)
-    try:
-        gen = torch.Generator().manual_seed(0)
-        ids = torch.randint(draft.config.vocab_size, (1, context), generator=gen)
-        sessions[0].forward(ids[:, :context - 2], 0)  # a round finds the draft valid up to n - 3
-        caches = (sessions[0].k_caches, sessions[0].v_caches)
+    # a round finds the draft valid up to n - 3
+    with _prefilled_session(engine, draft, context, context - 2, capacity=context + k) as (session, ids, gen):
+        caches = (session.k_caches, session.v_caches)
         bucket = context_bucket(context + k, draft.config.max_seq_len)
         args = (caches, ids[:, context - 2:], torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
                 torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p), bucket)
         label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
         return timed_calls_ms(lambda: engine.call(proposals_only, (draft,), label, *args).tolist(), reps, warmup)
-    finally:
-        _close(sessions)
