@@ -16,7 +16,14 @@ from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
-from inferlab.speculative.bench import encode_prompts, run_forward_timing, run_greedy_identity, run_group
+from inferlab.speculative.bench import (
+    FORWARD_BURST,
+    FORWARD_BURST_WARMUP,
+    encode_prompts,
+    run_forward_timing,
+    run_greedy_identity,
+    run_group,
+)
 from inferlab.speculative.decode import SamplingSettings
 
 smk = snakemake  # noqa: F821
@@ -48,7 +55,8 @@ contention = contention_stamp(before, load_snapshot(), float(
 provenance = job_stamps(
     machine_stamp("cpu"), model_stamp(target_meta, p.target),
     {"prompts": len(prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens, "timing_reps": p.timing_reps,
-     "forward_reps": p.forward_reps},
+     "forward_reps": p.forward_reps,
+     "forward_calls": f"{FORWARD_BURST_WARMUP} untimed + {FORWARD_BURST} timed per rep, back to back"},
     "target-only sampling on the same engine, same prompts and seeds (results/speculative/baseline.parquet)",
     draft=model_stamp(draft_meta, p.draft), settings=vars(settings) | {"k": p.k}, engines=engines,
     contention=contention)

@@ -712,6 +712,8 @@ def test_structured_repeat_stamps_read_as_words_not_json():
 
     spec = {"prompts": 4, "seeds": [1, 2, 3], "new_tokens": 96, "timing_reps": 3, "forward_reps": 30}
     assert repeats_in_words(spec) == "30 timed forwards; 3 reruns of 4 prompts × 3 seeds × 96 tokens"
+    burst = {"forward_reps": 30, "forward_calls": "3 untimed + 4 timed per rep, back to back"}
+    assert repeats_in_words(burst) == "30 reps of each forward (3 untimed + 4 timed per rep, back to back)"
     quant = {"quality": "one deterministic pass over the full validation split", "speed_reps": 5}
     assert repeats_in_words(quant) == ("quality: one deterministic pass over the full validation split; "
                                        "speed: 5 timed reruns")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 
 import pandas as pd
@@ -10,9 +11,11 @@ import pytest
 import torch
 
 from inferlab.core.config import GPTConfig
+from inferlab.core.engine import EagerEngine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
+from inferlab.speculative.bench import FORWARD_BURST, FORWARD_BURST_WARMUP, run_forward_timing
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
@@ -263,6 +266,43 @@ def test_baseline_decoder_matches_generate_under_greedy():
 def test_forward_ms_returns_one_time_per_rep():
     times = forward_ms(tiny_gpt(16, 0), context=10, n_tokens=3, reps=4, warmup=1)
     assert len(times) == 4 and all(t > 0 for t in times)
+
+
+class CountingEngine(EagerEngine):
+    """The eager engine, logging every session it opens and every forward, as (d_model, rows, start)."""
+
+    def __init__(self):
+        super().__init__()
+        self.opened: list[int] = []
+        self.forwards: list[tuple[int, int, int]] = []
+
+    def open(self, model, batch_size=1, max_seq_len=None):
+        self.opened.append(model.config.d_model)
+        session = super().open(model, batch_size, max_seq_len)
+        forward = session.forward
+
+        def logged(tokens, start):
+            self.forwards.append((model.config.d_model, tokens.size(1), start))
+            return forward(tokens, start)
+
+        session.forward = logged
+        return session
+
+
+def test_forward_timing_runs_each_case_back_to_back_on_one_prefilled_session_per_model():
+    """A forward is timed as a decode loop runs it: one prefill per model, never one per rep, and
+    each rep's calls of a case consecutive (warm-up, then the timed burst), cases interleaved."""
+    engine, reps, k, context = CountingEngine(), 3, 2, 10
+    table = run_forward_timing(tiny_gpt(32, 0), tiny_gpt(16, 1), context, k, reps, engine=engine)
+    assert sorted(engine.opened) == [16, 32]
+    assert sorted(f for f in engine.forwards if f[2] == 0) == [(16, context, 0), (32, context, 0)]
+    cases = [(32, 1), (16, 1), (32, k + 1)]
+    calls = [(d, rows) for d, rows, start in engine.forwards if start == context]
+    bursts = [(case, len(list(run))) for case, run in itertools.groupby(calls)]
+    burst = FORWARD_BURST_WARMUP + FORWARD_BURST
+    assert bursts == [(case, 3) for case in cases] + [(case, burst) for case in cases * reps]
+    assert len(table) == len(cases) * reps and (table["forward_ms"] > 0).all()
+    assert table.groupby(["role", "tokens_per_forward"])["rep"].nunique().eq(reps).all()
 
 
 # --------------------------------------------------------------------------- summary arithmetic

@@ -80,7 +80,8 @@ def repeats_in_words(value: dict) -> str:
                            (("prompts", "prompts"), ("seeds", "seeds"), ("new_tokens", "tokens")) if k in value)
         parts.append(f"{value.pop('timing_reps')} reruns" + (f" of {setup}" if setup else ""))
     if "forward_reps" in value:
-        parts.insert(0, f"{value.pop('forward_reps')} timed forwards")
+        reps, calls = value.pop("forward_reps"), value.pop("forward_calls", None)
+        parts.insert(0, f"{reps} timed forwards" if calls is None else f"{reps} reps of each forward ({calls})")
     if "quality" in value:
         parts.append(f"quality: {value.pop('quality')}")
     if "speed_reps" in value:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -324,35 +325,49 @@ def _prefilled_session(engine: Engine | None, model: GPT, n_ids: int, prefill: i
     finally:
         _close(sessions)
 
-@torch.no_grad()
-def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3,
-               engine: Engine | None = None) -> list[float]:
-    """Wall time of one cached forward of n_tokens tokens after `context` cached positions.
 
-    n_tokens=1 is a decode step (the cost c is a ratio of these); n_tokens=k+1 is a
-    verification forward. Returns reps timings in ms. On a compiled engine the first warm-up
-    call compiles; warmup >= 1 keeps that out of the timings.
-    """
+@contextmanager
+def forward_calls(model: GPT, context: int, token_counts: tuple[int, ...], engine: Engine | None = None):
+    """Cached forwards of each of token_counts tokens after `context` cached positions, as calls to
+    time, {n_tokens: call}. They share one session, opened and prefilled once, so every call after
+    a graph's first (which compiles on a compiled engine) is the forward alone; each rewrites the
+    slots from `context` on, and attends only up to its own positions.
+
+    n_tokens=1 is a decode step (the cost c is a ratio of these); n_tokens=k+1 is a verification."""
     if engine is not None:
-        engine.want_token_counts(n_tokens)
-    with _prefilled_session(engine, model, context + n_tokens, context) as (session, ids, _):
-        step_ids = ids[:, context:]
-        return timed_calls_ms(lambda: session.forward(step_ids, context), reps, warmup)
+        engine.want_token_counts(*token_counts)
+    with torch.no_grad(), _prefilled_session(engine, model, context + max(token_counts), context) as (session, ids, _):
+        yield {n: partial(session.forward, ids[:, context:context + n], context) for n in token_counts}
 
 
-@torch.no_grad()
-def draft_half_ms(draft: GPT, context: int, k: int, settings: SamplingSettings, reps: int, warmup: int = 3,
-                  engine: Engine | None = None) -> list[float]:
-    """Wall time of a fused round's draft half after `context` tokens: its k draft steps and draws
-    as one graph (inferlab.speculative.fused.proposals_only), so what the round pays for its drafts
-    without a call per step. Only on an engine that runs fused rounds; reps timings in ms."""
+@contextmanager
+def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings, engine: Engine | None = None):
+    """A fused round's draft half after `context` tokens, as a call to time: its k draft steps and
+    draws as one graph (inferlab.speculative.fused.proposals_only), so what the round pays for its
+    drafts without a call per step. Only on an engine that runs fused rounds."""
     if engine is None or not engine.runs_fused_rounds:
         raise ValueError("a round's draft half is its own graph only on an engine that runs fused rounds")
     # a round finds the draft valid up to n - 3
-    with _prefilled_session(engine, draft, context, context - 2, capacity=context + k) as (session, ids, gen):
+    with torch.no_grad(), _prefilled_session(engine, draft, context, context - 2,
+                                             capacity=context + k) as (session, ids, gen):
         caches = (session.k_caches, session.v_caches)
         bucket = context_bucket(context + k, draft.config.max_seq_len)
         args = (caches, ids[:, context - 2:], torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
                 torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p), bucket)
         label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
-        return timed_calls_ms(lambda: engine.call(proposals_only, (draft,), label, *args).tolist(), reps, warmup)
+        yield lambda: engine.call(proposals_only, (draft,), label, *args).tolist()
+
+
+def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3,
+               engine: Engine | None = None) -> list[float]:
+    """Wall times (ms) of reps consecutive cached forwards (forward_calls) after warmup untimed ones;
+    on a compiled engine warmup >= 1 keeps the compile out of the timings."""
+    with forward_calls(model, context, (n_tokens,), engine) as calls:
+        return timed_calls_ms(calls[n_tokens], reps, warmup)
+
+
+def draft_half_ms(draft: GPT, context: int, k: int, settings: SamplingSettings, reps: int, warmup: int = 3,
+                  engine: Engine | None = None) -> list[float]:
+    """Wall times (ms) of reps consecutive draft halves (draft_half_call) after warmup untimed ones."""
+    with draft_half_call(draft, context, k, settings, engine) as call:
+        return timed_calls_ms(call, reps, warmup)
