@@ -24,10 +24,11 @@ from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import context_bucket
+from inferlab.core.timing import timed_calls_ms
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.kvcache.bench import STEP_LABEL, compiled_step_split, profile_cached_step, time_generation
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS, STEP_SPLIT_PARTS
-from inferlab.speculative.decode import SamplingSettings, draft_half_ms, speculative_decode
+from inferlab.speculative.decode import SamplingSettings, draft_half_call, speculative_decode
 from inferlab.speculative.fused import proposals_only, speculative_round
 from inferlab.speculative.summary import best_groups_by_engine
 from tests.test_speculative import chi_square, chi_square_limit, perturbed, tiny_gpt
@@ -144,11 +145,13 @@ def test_a_rounds_draft_half_is_timed_as_the_round_runs_it(compiled, pair):
     whole = compiled.call(speculative_round, (target, draft), "round", (t.k_caches, t.v_caches),
                           (d.k_caches, d.v_caches), *common)
     assert half.tolist() == whole[:k].tolist()
-    times = draft_half_ms(draft, 6, k, SamplingSettings(), reps=2, warmup=1, engine=compiled)
+    with draft_half_call(draft, 6, k, SamplingSettings(), engine=compiled) as timed_half:
+        times = timed_calls_ms(timed_half, reps=2, warmup=1)
     assert len(times) == 2 and min(times) > 0
     assert any(label.startswith("draft_half:") and ":k2:" in label for label in compiled.compile_ms)
     with pytest.raises(ValueError, match="fused rounds"):
-        draft_half_ms(draft, 6, k, SamplingSettings(), reps=1, engine=EagerEngine())
+        with draft_half_call(draft, 6, k, SamplingSettings(), engine=EagerEngine()):
+            pass
 
 
 def test_fused_round_refuses_a_draft_with_another_context(pair):

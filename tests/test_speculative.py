@@ -15,11 +15,12 @@ from inferlab.core.engine import EagerEngine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
+from inferlab.core.timing import timed_calls_ms
 from inferlab.speculative.bench import FORWARD_BURST, FORWARD_BURST_WARMUP, run_forward_timing
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
-    forward_ms,
+    forward_calls,
     overlap,
     residual_probs,
     speculative_decode,
@@ -263,8 +264,9 @@ def test_baseline_decoder_matches_generate_under_greedy():
     assert torch.equal(tokens, reference)
 
 
-def test_forward_ms_returns_one_time_per_rep():
-    times = forward_ms(tiny_gpt(16, 0), context=10, n_tokens=3, reps=4, warmup=1)
+def test_forward_calls_give_one_time_per_rep():
+    with forward_calls(tiny_gpt(16, 0), context=10, token_counts=(3,)) as calls:
+        times = timed_calls_ms(calls[3], reps=4, warmup=1)
     assert len(times) == 4 and all(t > 0 for t in times)
 
 

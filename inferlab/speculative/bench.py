@@ -106,8 +106,9 @@ def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens
 # lab's shapes, context 53, median over 20 reps of the n-th call after switching from another
 # graph, ms): target step 0.89, 0.81, 0.70, then 0.62-0.66; its 4-row verification 1.25, 1.25,
 # 0.96, then 0.82-0.84; the c1_dim64 draft step 0.50, 0.29, then 0.21. One call after a fresh
-# prefill, as timed before, made the verification of k = 4 cost 1.53 steps instead of 1.37, and
-# the target step more than target-only sampling's whole token. A decode loop runs one graph
+# prefill, as timed before, made the verification of k = 4 cost 1.53 steps instead of 1.33
+# timed this way (1.37 over 200 consecutive calls), and the target step more than target-only
+# sampling's whole token. A decode loop runs one graph
 # (a step, or a fused round) over and over, so it never pays those first calls.
 FORWARD_BURST_WARMUP = 3
 FORWARD_BURST = 4

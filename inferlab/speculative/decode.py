@@ -31,7 +31,6 @@ from inferlab.core.engine import EagerEngine, Engine, model_label
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.static_forward import context_bucket
-from inferlab.core.timing import timed_calls_ms
 from inferlab.speculative.fused import overlap, proposals_only, residual_probs, sampled_step, speculative_round
 
 
@@ -357,17 +356,3 @@ def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings
         label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
         yield lambda: engine.call(proposals_only, (draft,), label, *args).tolist()
 
-
-def forward_ms(model: GPT, context: int, n_tokens: int, reps: int, warmup: int = 3,
-               engine: Engine | None = None) -> list[float]:
-    """Wall times (ms) of reps consecutive cached forwards (forward_calls) after warmup untimed ones;
-    on a compiled engine warmup >= 1 keeps the compile out of the timings."""
-    with forward_calls(model, context, (n_tokens,), engine) as calls:
-        return timed_calls_ms(calls[n_tokens], reps, warmup)
-
-
-def draft_half_ms(draft: GPT, context: int, k: int, settings: SamplingSettings, reps: int, warmup: int = 3,
-                  engine: Engine | None = None) -> list[float]:
-    """Wall times (ms) of reps consecutive draft halves (draft_half_call) after warmup untimed ones."""
-    with draft_half_call(draft, context, k, settings, engine) as call:
-        return timed_calls_ms(call, reps, warmup)
