@@ -10,6 +10,7 @@ from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.engine import make_engine
 from inferlab.core.generate import generate
+from inferlab.core.timing import BURST_IN_WORDS
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
@@ -44,7 +45,8 @@ steps, profile = pd.concat(steps, ignore_index=True), pd.concat(profiles, ignore
 contention = contention_stamp(before, load_snapshot(),
                               float(steps.groupby(["engine", "mode", "positions"])["step_ms"].agg(rep_spread).max()))
 steps["contended"] = profile["contended"] = contention["contended"]
-provenance = job_stamps(machine_stamp(device), model_stamp(meta, p.model_name), p.reps,
+provenance = job_stamps(machine_stamp(device), model_stamp(meta, p.model_name),
+                        {"forward_reps": p.reps, "forward_calls": BURST_IN_WORDS},
                         "cached and uncached single steps over the same tokens",
                         warmup=p.warmup, prompt=p.prompt, prompt_unk=unk, engines=engines, contention=contention)
 write_table(steps, smk.output.steps, provenance=provenance)

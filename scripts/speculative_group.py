@@ -9,6 +9,7 @@ import pandas as pd
 from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.engine import make_engine
+from inferlab.core.timing import BURST_IN_WORDS
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
 from inferlab.jobs.lineage import job_lineage
@@ -17,8 +18,6 @@ from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
 from inferlab.speculative.bench import (
-    FORWARD_BURST,
-    FORWARD_BURST_WARMUP,
     encode_prompts,
     run_forward_timing,
     run_greedy_identity,
@@ -56,7 +55,7 @@ provenance = job_stamps(
     machine_stamp("cpu"), model_stamp(target_meta, p.target),
     {"prompts": len(prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens, "timing_reps": p.timing_reps,
      "forward_reps": p.forward_reps,
-     "forward_calls": f"{FORWARD_BURST_WARMUP} untimed + {FORWARD_BURST} timed per rep, back to back"},
+     "forward_calls": BURST_IN_WORDS},
     "target-only sampling on the same engine, same prompts and seeds (results/speculative/baseline.parquet)",
     draft=model_stamp(draft_meta, p.draft), settings=vars(settings) | {"k": p.k}, engines=engines,
     contention=contention)

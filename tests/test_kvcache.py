@@ -8,9 +8,11 @@ import torch
 from inferlab.core.config import GPTConfig, kv_bytes_per_token
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
+from inferlab.core.timing import BURST, BURST_WARMUP
 from inferlab.kvcache import bench as kvbench
 from inferlab.kvcache import flops as kvflops
 from inferlab.kvcache import summary as kvsummary
+from tests.test_speculative import CountingEngine
 
 TINY = GPTConfig(vocab_size=61, d_model=32, n_layer=2, head_dim=16, max_seq_len=64)
 
@@ -86,6 +88,31 @@ def test_time_steps_covers_positions_and_modes():
     assert len(steps) == 2 * 2 * 4
     assert set(steps["mode"]) == {"cache", "no_cache"} and (steps["step_ms"] > 0).all()
     assert not model.has_cache
+
+
+class StepLog(CountingEngine):
+    """CountingEngine that also logs each uncached step, as (d_model, positions, None)."""
+
+    def recompute_last(self, model, sequence):
+        self.forwards.append((model.config.d_model, sequence.size(1), None))
+        return super().recompute_last(model, sequence)
+
+
+def test_time_steps_fills_each_cache_once_and_times_its_step_back_to_back():
+    """Each timed cell is one prefill, then the step's calls in one burst, as a decode loop runs
+    it; a warm-up rep runs each step once."""
+    model, engine, positions = tiny_model(), StepLog(), [3, 9]
+    sequence = generate(model, torch.tensor([[1, 2, 3]]), 12).tokens
+    kvbench.time_steps(model, sequence, positions, reps=2, warmup=1, device="cpu", engine=engine)
+    d, expected = model.config.d_model, []
+    for rep in range(-1, 2):
+        calls = 1 if rep < 0 else BURST_WARMUP + BURST
+        for n in positions:
+            for mode in kvbench._mode_order(rep + n):
+                prefill = [(d, n - 1, 0)] if mode == "cache" else []
+                expected += prefill + [(d, 1, n - 1) if mode == "cache" else (d, n, None)] * calls
+    assert engine.forwards == expected
+    assert engine.opened == [d] * 3 * len(positions)
 
 
 def test_fit_recovers_a_and_b_from_synthetic_step_times():

@@ -15,8 +15,8 @@ from inferlab.core.engine import EagerEngine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
-from inferlab.core.timing import timed_calls_ms
-from inferlab.speculative.bench import FORWARD_BURST, FORWARD_BURST_WARMUP, run_forward_timing
+from inferlab.core.timing import BURST, BURST_WARMUP, timed_calls_ms
+from inferlab.speculative.bench import run_forward_timing
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
@@ -301,7 +301,7 @@ def test_forward_timing_runs_each_case_back_to_back_on_one_prefilled_session_per
     cases = [(32, 1), (16, 1), (32, k + 1)]
     calls = [(d, rows) for d, rows, start in engine.forwards if start == context]
     bursts = [(case, len(list(run))) for case, run in itertools.groupby(calls)]
-    burst = FORWARD_BURST_WARMUP + FORWARD_BURST
+    burst = BURST_WARMUP + BURST
     assert bursts == [(case, 3) for case in cases] + [(case, burst) for case in cases * reps]
     assert len(table) == len(cases) * reps and (table["forward_ms"] > 0).all()
     assert table.groupby(["role", "tokens_per_forward"])["rep"].nunique().eq(reps).all()

@@ -34,7 +34,7 @@ from inferlab.core.engine import CompiledEngine, EagerEngine, Engine
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
-from inferlab.core.timing import synchronize, timed_ms
+from inferlab.core.timing import BURST_WARMUP, burst_median_ms, synchronize, timed_calls_ms, timed_ms
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 
 MODES = ("cache", "no_cache")
@@ -121,7 +121,10 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
                device: str, progress_file: TextIO | None = None, engine: Engine | None = None) -> pd.DataFrame:
     """Single forward passes: uncached over `positions` tokens, cached for one token after them.
 
-    sequence: (1, >= max(positions)) tokens to run on. One row per (rep, mode, positions).
+    sequence: (1, >= max(positions)) tokens to run on. One row per (rep, mode, positions). Each
+    (rep, positions, mode) fills its cache once and times its step as a decode loop runs it, in a
+    burst (core/timing.burst_median_ms); the `warmup` reps before run each step once, untimed, so
+    that a compiled engine compiles outside them.
     """
     engine = engine or EagerEngine()
     if max(positions) > sequence.size(1):
@@ -135,11 +138,13 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
                 make_step = _cached_step_fn if mode == "cache" else _uncached_step_fn
                 step, close = make_step(engine, model, sequence, n)
                 try:
-                    _, ms = timed_ms(step, device)
+                    if rep < 0:
+                        step()
+                    else:
+                        rows.append({"rep": rep, "mode": mode, "positions": n,
+                                     "step_ms": burst_median_ms(step, device)})
                 finally:
                     close()
-                if rep >= 0:
-                    rows.append({"rep": rep, "mode": mode, "positions": n, "step_ms": ms})
             bar.update()
     bar.close()
     table = pd.DataFrame(rows)
@@ -287,9 +292,7 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
     engine = engine or EagerEngine()
     step, close = _cached_step_fn(engine, model, sequence, positions)
     try:
-        for _ in range(3):
-            step()
-        unprofiled = [timed_ms(step, device)[1] for _ in range(steps)]
+        unprofiled = timed_calls_ms(step, steps, BURST_WARMUP, device)
         events = _profiled_steps(step, steps, device)
     finally:
         close()

@@ -6,7 +6,6 @@ reruns and times it. inferlab.speculative.summary turns the counters into the pe
 
 from __future__ import annotations
 
-import statistics
 from contextlib import ExitStack
 from functools import partial
 from typing import TextIO
@@ -19,7 +18,7 @@ from inferlab.core.engine import EagerEngine, Engine
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
-from inferlab.core.timing import timed_calls_ms, timed_ms
+from inferlab.core.timing import burst_median_ms, timed_calls_ms, timed_ms
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import Vocabulary
 from inferlab.speculative.decode import (
@@ -101,19 +100,6 @@ def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens
     return pd.DataFrame(rows).assign(**engine_columns(engine))
 
 
-# A forward is timed as a decode loop runs it, back to back on a warm session, not as the first
-# call after a prefill or after another graph. Measured (compiled engine, random weights of the
-# lab's shapes, context 53, median over 20 reps of the n-th call after switching from another
-# graph, ms): target step 0.89, 0.81, 0.70, then 0.62-0.66; its 4-row verification 1.25, 1.25,
-# 0.96, then 0.82-0.84; the c1_dim64 draft step 0.50, 0.29, then 0.21. One call after a fresh
-# prefill, as timed before, made the verification of k = 4 cost 1.53 steps instead of 1.33
-# timed this way (1.37 over 200 consecutive calls), and the target step more than target-only
-# sampling's whole token. A decode loop runs one graph
-# (a step, or a fused round) over and over, so it never pays those first calls.
-FORWARD_BURST_WARMUP = 3
-FORWARD_BURST = 4
-
-
 def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
                        engine: Engine | None = None, settings: SamplingSettings | None = None) -> pd.DataFrame:
     """Cached forward times: a target step, a draft step, and the target's (k+1)-token verification;
@@ -122,8 +108,8 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
 
     Each model has one session, prefilled once, and each case is warmed up (a compiled call's first
     one compiles).
-    Each rep runs every case in turn: FORWARD_BURST_WARMUP untimed calls, then FORWARD_BURST timed
-    ones back to back, whose median it keeps; interleaved so a slow stretch of the machine hits all
+    Each rep runs every case in turn as a burst (core/timing.burst_median_ms: untimed calls, then
+    timed ones back to back, whose median it keeps); interleaved so a slow stretch of the machine hits all
     of them alike.
     """
     engine = engine or EagerEngine()
@@ -140,7 +126,7 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
             timed_calls_ms(call, 0, warmup=3)
         for rep in range(reps):
             for role, n_tokens, call in cases:
-                ms = statistics.median(timed_calls_ms(call, FORWARD_BURST, warmup=FORWARD_BURST_WARMUP))
+                ms = burst_median_ms(call)
                 rows.append({"k": k, "role": role, "tokens_per_forward": n_tokens, "context": context, "rep": rep,
                              "forward_ms": ms})
     return pd.DataFrame(rows).assign(**engine_columns(engine))
