@@ -137,6 +137,18 @@ def test_metrics_table_covers_every_experiment_with_its_noise_kind():
     assert (table["machine_cpu_model"] == "CPU A").all() and (table["model"] == "ref_baseline").all()
 
 
+def test_the_uncached_fit_enters_the_metrics_once_per_engine_and_its_ratio_once_per_length():
+    """fit_table repeats an engine's fit (a, b) on every length's row; the metrics hold it once."""
+    fit = pd.DataFrame([{"engine": engine, "length": length, "a_ms": a, "b_ms_per_position": 0.04,
+                         "predicted_ratio": length / 10} for engine, a in (("eager", 2.8), ("compiled", 1.9))
+                        for length in (64, 256)])
+    table = metrics_table({"kv_fit": fit}, None, {})
+    keys = table.groupby("metric")["key"].apply(sorted).to_dict()
+    assert keys["fit_a_ms"] == keys["fit_b_ms_per_position"] == ["uncached step [compiled]", "uncached step [eager]"]
+    assert keys["predicted_ratio"] == ["256 [compiled]", "256 [eager]", "64 [compiled]", "64 [eager]"]
+    assert table.set_index("key").loc["uncached step [compiled]"].query("metric == 'fit_a_ms'")["value"].item() == 1.9
+
+
 def test_absent_tables_are_skipped_and_extra_columns_flow_through():
     only_quant = metrics_table({"quant_summary": quant_summary()}, None, {})
     assert set(only_quant["experiment"]) == {"quant"}

@@ -117,15 +117,18 @@ def kv_summary_rows(summary: pd.DataFrame | None) -> list[dict]:
 
 
 def kv_fit_rows(fit: pd.DataFrame | None) -> list[dict]:
-    """The fit t(n) = a + b n of the uncached step, per length; fitted from timings, no spread kept."""
-    rows = []
+    """The fit t(n) = a + b n of the uncached step, once per engine (the fit table repeats it on every
+    length's row), and the ratio it predicts per length; fitted from timings, no spread kept."""
+    rows, seen = [], set()
     for r in _records(fit):
-        key = _key(r, "length")
-        rows.append(_row("kvcache", "fit_a_ms", key, r["a_ms"], "ms", REP_RANGE, timing=True))
-        rows.append(_row("kvcache", "fit_b_ms_per_position", key, r["b_ms_per_position"], "ms/position",
-                         REP_RANGE, timing=True))
-        rows.append(_row("kvcache", "predicted_ratio", key, r["predicted_ratio"], "x", REP_RANGE, timing=True,
-                         higher_is_better=True))
+        fit_key = _key(r, fmt=lambda _: "uncached step")
+        if fit_key not in seen:
+            seen.add(fit_key)
+            rows.append(_row("kvcache", "fit_a_ms", fit_key, r["a_ms"], "ms", REP_RANGE, timing=True))
+            rows.append(_row("kvcache", "fit_b_ms_per_position", fit_key, r["b_ms_per_position"], "ms/position",
+                             REP_RANGE, timing=True))
+        rows.append(_row("kvcache", "predicted_ratio", _key(r, "length"), r["predicted_ratio"], "x", REP_RANGE,
+                         timing=True, higher_is_better=True))
     return rows
 
 
