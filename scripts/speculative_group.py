@@ -1,5 +1,5 @@
-"""Experiment 3, one group (draft, k), on every configured engine: speculative sampling runs, greedy
-identity, forward times."""
+"""Experiment 3, one group (draft, k), on every configured engine: speculative sampling runs and
+target-only sampling interleaved with them (the wall clock's baseline), greedy identity, forward times."""
 
 from pathlib import Path
 
@@ -36,18 +36,20 @@ settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
 context = max(len(x["ids"]) for x in prompts) + p.new_tokens // 2
 
 before = load_snapshot()
-tables: dict[str, list[pd.DataFrame]] = {"runs": [], "greedy": [], "forward": []}
+tables: dict[str, list[pd.DataFrame]] = {"runs": [], "target_only": [], "greedy": [], "forward": []}
 engines = {}
 for name in p.engines:
     engine = make_engine(name)
     print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
-    tables["runs"].append(run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps,
-                                    progress_file=log, engine=engine))
+    runs, target_only = run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps,
+                                  progress_file=log, engine=engine)
+    tables["runs"].append(runs)
+    tables["target_only"].append(target_only)
     tables["greedy"].append(run_greedy_identity(target, draft, prompts, p.new_tokens, p.k, engine=engine))
     tables["forward"].append(run_forward_timing(target, draft, context, p.k, p.forward_reps, engine=engine,
                                                     settings=settings))
     engines[name] = engine.stamp()
-runs, greedy, forward = (pd.concat(tables[key], ignore_index=True) for key in ("runs", "greedy", "forward"))
+runs, target_only, greedy, forward = (pd.concat(tables[key], ignore_index=True) for key in tables)
 contention = contention_stamp(before, load_snapshot(), float(
     forward.groupby(["engine", "role", "tokens_per_forward"])["forward_ms"].agg(rep_spread).max()))
 
@@ -56,10 +58,13 @@ provenance = job_stamps(
     {"prompts": len(prompts), "seeds": list(p.seeds), "new_tokens": p.new_tokens, "timing_reps": p.timing_reps,
      "forward_reps": p.forward_reps,
      "forward_calls": BURST_IN_WORDS},
-    "target-only sampling on the same engine, same prompts and seeds (results/speculative/baseline.parquet)",
+    "target-only sampling on the same engine, same prompts and seeds, interleaved with the speculative runs "
+    "in this job (groups/<group>_target_only.parquet)",
     draft=model_stamp(draft_meta, p.draft), settings=vars(settings) | {"k": p.k}, engines=engines,
     contention=contention)
-for table, path in ((runs, smk.output.runs), (greedy, smk.output.greedy), (forward, smk.output.forward)):
+target_only.insert(0, "k", p.k)
+for table, path in ((runs, smk.output.runs), (target_only, smk.output.target_only), (greedy, smk.output.greedy),
+                    (forward, smk.output.forward)):
     table.insert(0, "draft", p.draft)
     table["contended"] = contention["contended"]
     write_table(table, path, provenance=provenance)
@@ -67,5 +72,7 @@ for engine, rows in runs[runs["rep"] == 0].groupby("engine"):
     same = greedy[greedy["engine"] == engine]
     print(f"[{engine}] {p.draft} k={p.k}: alpha {rows['accepted'].sum() / rows['proposed'].sum():.3f}, "
           f"{rows['generated'].sum() / rows['target_forwards'].sum():.3f} tokens per target forward, "
-          f"greedy identical {int(same['identical'].sum())}/{len(same)}", file=log)
+          f"greedy identical {int(same['identical'].sum())}/{len(same)}; ms per token "
+          f"{runs.loc[runs['engine'] == engine, 'ms_per_token'].median():.3f} speculative, "
+          f"{target_only.loc[target_only['engine'] == engine, 'ms_per_token'].median():.3f} target-only", file=log)
 print(f"engines: {engines}\ncontention: {contention}", file=log)

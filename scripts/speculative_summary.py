@@ -19,7 +19,7 @@ p = smk.params
 runs = pd.concat([read_table(path) for path in smk.input.runs], ignore_index=True)
 forward = pd.concat([read_table(path) for path in smk.input.forward], ignore_index=True)
 greedy = pd.concat([read_table(path) for path in smk.input.greedy], ignore_index=True)
-baseline = read_table(smk.input.baseline)
+baseline = pd.concat([read_table(path) for path in smk.input.target_only], ignore_index=True)
 metas = {p.target: read_json(smk.input.target_meta)} | {
     name: read_json(path) for name, path in zip(p.drafts, smk.input.draft_metas, strict=True)}
 
@@ -34,7 +34,7 @@ bandwidth, flops = best_rates(read_table(smk.input.probe))
 bounds = {name: step_bound_ms(GPTConfig(**meta["model_config"]), meta["params"], int(position), 1, bandwidth, flops)
           for name, meta in metas.items()}
 summary = with_step_bounds(summary, bounds, p.target)
-contended = bool(runs.get("contended", False).any() or baseline.get("contended", False).any())
+contended = bool(runs.get("contended", False).any())
 summary["contended"] = contended
 best = best_groups_by_engine(summary)
 group_prov = read_provenance(smk.input.runs[0])
@@ -43,7 +43,7 @@ provenance = carried_stamps(measured, model=model_stamp(metas[p.target], p.targe
                             drafts={name: model_stamp(metas[name], name) for name in p.drafts},
                             settings={k: v for k, v in group_prov.get("settings", {}).items() if k != "k"},
                             engines=group_prov.get("engines", {}), contended=contended,
-                            baseline_machine=read_provenance(smk.input.baseline)["machine"])
+                            machines_per_group={path: read_provenance(path)["machine"] for path in smk.input.runs})
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(best, smk.output.best, provenance=provenance)
 write_table(greedy[["draft", "k", *(c for c in ("engine", "engine_used") if c in greedy.columns),

@@ -69,7 +69,8 @@ def speculative_tables(seed: int, reps: int = 5) -> tuple[pd.DataFrame, pd.DataF
             for role, tokens, ms in (("target", 1, 2.0), ("draft", 1, 0.5), ("target", k + 1, 2.5)):
                 forward.append({"draft": draft, "k": k, "role": role, "tokens_per_forward": tokens,
                                 "rep": rep, "forward_ms": ms * (1 + 0.02 * rng.standard_normal())})
-    baseline = pd.DataFrame([{"rep": rep, "wall_ms": 80 * (1 + 0.02 * rng.standard_normal())} for rep in range(reps)])
+    baseline = pd.DataFrame([{"draft": draft, "k": k, "rep": rep, "wall_ms": 80 * (1 + 0.02 * rng.standard_normal())}
+                             for draft, k in (("small", 2), ("small", 4)) for rep in range(reps)])
     return pd.DataFrame(runs), pd.DataFrame(forward), baseline
 
 

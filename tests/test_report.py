@@ -182,9 +182,11 @@ SPEC_WALL = {"eager": 1.0, "compiled": 0.7}  # engine -> wall-time scale of a sp
 SPEC_STEP_BOUNDS = {"ref_baseline": 0.3, "c1_dim64": 0.03, "c1_dim128": 0.09}
 
 
-def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str, pd.DataFrame]:
+def spec_tables(all_identical: bool = True, contended: bool = False,
+                compiled_step_scale_by_k: dict[int, float] | None = None) -> dict[str, pd.DataFrame]:
     """speculative_summary.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
-    over run counters written as the group jobs write them."""
+    over run counters written as the group jobs write them. compiled_step_scale_by_k: the machine's
+    slowdown in the compiled engine's group jobs of that k (their own target step scales with it)."""
     runs, forward, ident, baseline = [], [], [], []
     for engine, scale in SPEC_WALL.items():
         cols = _engine_cols(engine)
@@ -200,8 +202,9 @@ def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str
                                      "drafted": rounds * k, "proposed": proposed, "accepted": accepted,
                                      "generated": rounds + accepted, "overlap_sum": alpha * proposed,
                                      "wall_ms": (100.0 + 10 * k + rep) * scale})
+                slowdown = (compiled_step_scale_by_k or {}).get(k, 1.0) if engine == "compiled" else 1.0
                 forward += [{**cols, "draft": draft, "k": k, "role": "target", "tokens_per_forward": 1,
-                             "forward_ms": 1.0},
+                             "forward_ms": 1.0 * slowdown},
                             {**cols, "draft": draft, "k": k, "role": "target", "tokens_per_forward": k + 1,
                              "forward_ms": 1.2},
                             {**cols, "draft": draft, "k": k, "role": "draft", "tokens_per_forward": 1,
@@ -212,8 +215,8 @@ def spec_tables(all_identical: bool = True, contended: bool = False) -> dict[str
                 ident += [{**cols, "draft": draft, "k": k, "prompt_index": p,
                            "identical": all_identical or not (k == 3 and p == 1 and engine == "eager")}
                           for p in (0, 1)]
-        baseline += [{**cols, "rep": rep, "prompt_index": p, "seed": 0, "wall_ms": 100.0 + rep}
-                     for rep in range(2) for p in (0, 1)]
+                baseline += [{**cols, "draft": draft, "k": k, "rep": rep, "prompt_index": p, "seed": 0,
+                              "wall_ms": 100.0 + rep} for rep in range(2) for p in (0, 1)]
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
     summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
@@ -344,9 +347,10 @@ def test_timings_from_different_nodes_are_not_comparable():
     assert "not comparable (different nodes)" in m.verdict.lower() and "node-a, node-b" in m.verdict
     assert m.stamps["machine"]["node"] == "node-a" and "node-a" in " ".join(stamp_lines(m.stamps))
     assert "different nodes" not in check_m1(full_data(), MACHINE).verdict
-    # speculative groups against a target-only baseline timed on another node
+    # speculative groups whose jobs ran on two nodes
     data = full_data()
-    data.provenance["spec_summary"] = {**PROV, "machine": node_a, "baseline_machine": node_b}
+    per_group = {"c1_dim64_k1.parquet": node_a, "c1_dim64_k3.parquet": node_b}
+    data.provenance["spec_summary"] = {**PROV, "machine": node_a, "machines_per_group": per_group}
     m = check_m3(data, MACHINE)
     assert "Not comparable (different nodes)" in m.verdict and m.stamps["nodes"] == ["node-a", "node-b"]
 
@@ -463,6 +467,18 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
             f"adds {0.6 * cost:.3f} ms (c {0.6 * cost:.3f})") in per_engine[1]
     assert "inside a round's graph" not in per_engine[0]
     assert f"{int(fastest['k'])} draft step" in per_engine[1] and "as one graph" in per_engine[1]
+
+
+def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():
+    assert "different machine speeds" not in check_m3(full_data(), MACHINE).verdict
+    tables = spec_tables(compiled_step_scale_by_k={3: 2.0})
+    summary = tables["spec_summary"]
+    assert summary.groupby("engine")["job_speed_spread"].first().to_dict() == {"eager": 1.0, "compiled": 2.0}
+    m = check_m3(full_data(**tables), MACHINE)
+    assert m.evidence["engines"]["compiled"]["job_speed_spread"] == pytest.approx(2.0)
+    eager, compiled = m.verdict_parts[2]
+    assert "different machine speeds" not in eager
+    assert "the group jobs ran at different machine speeds (their own target step 1.000-2.000 ms)" in compiled
 
 
 def test_m3_says_when_a_one_graph_round_costs_less_than_its_calls_one_by_one():

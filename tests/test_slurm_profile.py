@@ -23,7 +23,7 @@ from tests.conftest import link_workflow, synthetic_corpus
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "workflow/profiles/slurm"
 TIMING_RULES = {"train_model", "train_noise_rerun", "kvcache_timing", "kvcache_steps", "roofline_probe",
-                "speculative_group", "speculative_baseline", "quant_scheme"}
+                "speculative_group", "quant_scheme"}
 GPU_RULES = {"kvcache_timing", "kvcache_steps", "roofline_probe"}
 
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="pinned in requirements.txt")

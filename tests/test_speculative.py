@@ -16,6 +16,7 @@ from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.timing import BURST, BURST_WARMUP, timed_calls_ms
+from inferlab.speculative import bench
 from inferlab.speculative.bench import run_forward_timing
 from inferlab.speculative.decode import (
     SamplingSettings,
@@ -264,6 +265,39 @@ def test_baseline_decoder_matches_generate_under_greedy():
     assert torch.equal(tokens, reference)
 
 
+def test_group_times_target_only_sampling_beside_each_speculative_run(monkeypatch):
+    """The wall clock's baseline is timed in the group's own run, each prompt x seed right beside its
+    speculative run with the order alternating, never in a separate block or job."""
+    calls = []
+
+    def speculative(target, draft, ids, new_tokens, k, settings, generator, engine=None):
+        calls.append(("speculative", tuple(ids), generator.initial_seed()))
+        return speculative_decode(target, draft, ids, new_tokens, k, settings, generator, engine=engine)
+
+    def target_only(target, ids, new_tokens, settings, generator, engine=None):
+        calls.append(("target_only", tuple(ids), generator.initial_seed()))
+        return autoregressive_decode(target, ids, new_tokens, settings, generator, engine=engine)
+
+    monkeypatch.setattr(bench, "speculative_decode", speculative)
+    monkeypatch.setattr(bench, "autoregressive_decode", target_only)
+    target, draft = similar_pair()
+    prompts = [{"prompt_index": i, "prompt": str(ids), "ids": ids, "prompt_unk": 0}
+               for i, ids in enumerate(([1, 2], [3]))]
+    runs, baseline = bench.run_group(target, draft, prompts, [5, 6], 8, 2, SamplingSettings(), timing_reps=2)
+    timed = calls[2:]  # after one untimed run of each decoder
+    pairs = [timed[i:i + 2] for i in range(0, len(timed), 2)]
+    assert len(pairs) == 2 * 2 * 2 and sorted(c[0] for c in calls[:2]) == ["speculative", "target_only"]
+    assert all(a[1:] == b[1:] and {a[0], b[0]} == {"speculative", "target_only"} for a, b in pairs)
+    assert [a[0] for a, _ in pairs] == ["speculative", "target_only"] * 4
+    assert len(runs) == len(baseline) == 8 and (baseline["wall_ms"] > 0).all()
+    assert list(baseline["ran_first"]) == [i % 2 == 1 for i in range(8)]
+    assert list(runs["ran_first"]) == [i % 2 == 0 for i in range(8)]
+    assert runs[["rep", "prompt_index", "seed"]].equals(baseline[["rep", "prompt_index", "seed"]])
+    reference = autoregressive_decode(target, [3], 8, SamplingSettings(), torch.Generator().manual_seed(6))
+    last = baseline.iloc[-1]
+    assert (last["prompt_index"], last["seed"]) == (1, 6) and last["new_token_ids"] == reference[0, 1:].tolist()
+
+
 def test_forward_calls_give_one_time_per_rep():
     with forward_calls(tiny_gpt(16, 0), context=10, token_counts=(3,)) as calls:
         times = timed_calls_ms(calls[3], reps=4, warmup=1)
@@ -326,7 +360,9 @@ def test_summarise_counts_alpha_and_pairs_reruns():
     forward = pd.DataFrame([
         {"draft": "d", "k": 2, "role": role, "tokens_per_forward": n, "forward_ms": ms}
         for role, n, ms in (("target", 1, 2.0), ("draft", 1, 0.5), ("target", 3, 3.0))])
-    baseline = pd.DataFrame([{"seed": s, "rep": r, "wall_ms": 30.0} for s in (0, 1) for r in (0, 1)])
+    # each group's own target-only runs; another group's, timed at another moment, must not enter its ratio
+    baseline = pd.DataFrame([{"draft": "d", "k": k, "seed": s, "rep": r, "wall_ms": wall}
+                             for k, wall in ((2, 30.0), (3, 90.0)) for s in (0, 1) for r in (0, 1)])
     row = summarise(runs, forward, baseline, {"d": 25, "t": 100}, "t").iloc[0]
     assert row["alpha"] == pytest.approx(12 / 16)
     assert row["overlap_mean"] == pytest.approx(11.2 / 16)
@@ -337,7 +373,7 @@ def test_summarise_counts_alpha_and_pairs_reruns():
     assert row["speedup_forward_model"] == pytest.approx((1 + 0.75 + 0.5625) * 2.0 / (2 * 0.5 + 3.0))
     # rerun 0: 60/20 = 3, rerun 1: 60/40 = 1.5
     assert (row["wall_speedup_min"], row["wall_speedup_max"]) == (1.5, 3.0)
-    assert row["wall_speedup"] == pytest.approx(2.25)
+    assert row["wall_speedup"] == pytest.approx(2.25) and row["baseline_wall_ms"] == pytest.approx(60.0)
     assert row["reruns_identical"]
 
 

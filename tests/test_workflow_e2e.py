@@ -65,7 +65,7 @@ def _corpus_path(workdir: Path) -> str:
 # tiny DAG's timings mean nothing (only that they are recorded), so its jobs take one thread
 # each and run two at a time; thread counts are no rerun trigger, so an adopted run is unaffected.
 ONE_THREAD = [f"{rule}=1" for rule in ("train_model", "train_noise_rerun", "kvcache_timing", "kvcache_steps",
-                                       "roofline_probe", "quant_scheme", "speculative_group", "speculative_baseline")]
+                                       "roofline_probe", "quant_scheme", "speculative_group")]
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""Experiment 3 on real checkpoints: one group (draft, k) and the target-only baseline.
+"""Experiment 3 on real checkpoints: one group (draft, k) and its target-only baseline.
 
 The decoding itself is in inferlab.speculative.decode; this module runs the grid of prompts x seeds x
 reruns and times it. inferlab.speculative.summary turns the counters into the per-group table.
@@ -42,43 +42,68 @@ def _bar(total: int, desc: str, progress_file: TextIO | None) -> tqdm:
                 disable=progress_file is None)
 
 
+def _speculative_run(target: GPT, draft: GPT, prompt: dict, seed: int, new_tokens: int, k: int,
+                     settings: SamplingSettings, engine: Engine) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    result, wall_ms = timed_ms(partial(speculative_decode, target, draft, prompt["ids"], new_tokens, k, settings,
+                                       generator, engine=engine))
+    s = result.stats
+    return {"k": k, "prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
+            "prompt_tokens": len(prompt["ids"]), "prompt_unk": prompt["prompt_unk"], "seed": seed,
+            "new_tokens": new_tokens, "rounds": s.rounds, "target_forwards": s.target_forwards,
+            "draft_forwards": s.draft_forwards, "drafted": s.drafted, "proposed": s.proposed,
+            "accepted": s.accepted, "generated": s.generated,
+            "overlap_sum": s.overlap_sum, "overlap_sum_drafted": s.overlap_sum_drafted,
+            "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
+            "accepted_per_round": s.accepted_per_round,
+            "new_token_ids": result.new_tokens(len(prompt["ids"]))}
+
+
+def _target_only_run(target: GPT, prompt: dict, seed: int, new_tokens: int, settings: SamplingSettings,
+                     engine: Engine) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    tokens, wall_ms = timed_ms(partial(autoregressive_decode, target, prompt["ids"], new_tokens, settings,
+                                       generator, engine=engine))
+    return {"prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
+            "prompt_tokens": len(prompt["ids"]), "seed": seed, "new_tokens": new_tokens,
+            "target_forwards": new_tokens, "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
+            "new_token_ids": tokens[0, len(prompt["ids"]):].tolist()}
+
+
 def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], new_tokens: int, k: int,
-              settings: SamplingSettings, timing_reps: int,
-              progress_file: TextIO | None = None, engine: Engine | None = None) -> pd.DataFrame:
-    """Speculative sampling for every prompt x seed, timing_reps times each, on `engine`.
+              settings: SamplingSettings, timing_reps: int, progress_file: TextIO | None = None,
+              engine: Engine | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Speculative sampling and its baseline, target-only sampling, for every prompt x seed,
+    timing_reps times each, on `engine`: (speculative runs, target-only runs).
+
+    Each prompt x seed runs both decoders back to back, the first of the two alternating from one
+    pair to the next (column ran_first), so the wall-clock speedup divides two timings taken
+    moments apart in one job. Timed in separate jobs, they could differ by the machine's drift
+    alone: a shared VM's speed moved up to 3x between the jobs of one run, which the contention
+    check (load and steal) did not see.
 
     Reruns repeat the same seed, so their tokens and counters are identical (CPU decoding is
-    deterministic); only wall_ms differs. One untimed run first warms the allocator and kernels
-    (and compiles the steps of a compiled engine: a 1-, 2- and (k+1)-token graph per model).
+    deterministic); only wall_ms differs. One untimed run of each decoder first warms the allocator
+    and kernels (and compiles the steps of a compiled engine).
     """
     engine = engine or EagerEngine()
-    first = prompts[0]["ids"]
-    speculative_decode(target, draft, first, new_tokens, k, settings, torch.Generator().manual_seed(0),
-                       engine=engine)
-    rows = []
-    bar = _bar(timing_reps * len(prompts) * len(seeds), f"speculative k={k}", progress_file)
-    for rep in range(timing_reps):
-        for prompt in prompts:
-            for seed in seeds:
-                generator = torch.Generator().manual_seed(seed)
-                result, wall_ms = timed_ms(partial(speculative_decode, target, draft, prompt["ids"],
-                                                   new_tokens, k, settings, generator, engine=engine))
-                s = result.stats
-                rows.append({
-                    "k": k, "prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
-                    "prompt_tokens": len(prompt["ids"]), "prompt_unk": prompt["prompt_unk"],
-                    "seed": seed, "rep": rep, "new_tokens": new_tokens,
-                    "rounds": s.rounds, "target_forwards": s.target_forwards,
-                    "draft_forwards": s.draft_forwards, "drafted": s.drafted, "proposed": s.proposed,
-                    "accepted": s.accepted, "generated": s.generated,
-                    "overlap_sum": s.overlap_sum, "overlap_sum_drafted": s.overlap_sum_drafted,
-                    "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
-                    "accepted_per_round": s.accepted_per_round,
-                    "new_token_ids": result.new_tokens(len(prompt["ids"])),
-                })
-                bar.update()
+    decoders = {
+        "speculative": partial(_speculative_run, target, draft, new_tokens=new_tokens, k=k, settings=settings,
+                               engine=engine),
+        "target_only": partial(_target_only_run, target, new_tokens=new_tokens, settings=settings, engine=engine),
+    }
+    for decode in decoders.values():
+        decode(prompts[0], 0)
+    rows: dict[str, list[dict]] = {name: [] for name in decoders}
+    pairs = [(rep, prompt, seed) for rep in range(timing_reps) for prompt in prompts for seed in seeds]
+    bar = _bar(len(pairs), f"k={k}: speculative and target-only", progress_file)
+    for i, (rep, prompt, seed) in enumerate(pairs):
+        order = list(decoders) if i % 2 == 0 else list(decoders)[::-1]
+        for name in order:
+            rows[name].append(decoders[name](prompt, seed) | {"rep": rep, "ran_first": name == order[0]})
+        bar.update()
     bar.close()
-    return pd.DataFrame(rows).assign(**engine_columns(engine))
+    return tuple(pd.DataFrame(rows[name]).assign(**engine_columns(engine)) for name in decoders)
 
 
 def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens: int, k: int,
@@ -129,29 +154,4 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
                 ms = burst_median_ms(call)
                 rows.append({"k": k, "role": role, "tokens_per_forward": n_tokens, "context": context, "rep": rep,
                              "forward_ms": ms})
-    return pd.DataFrame(rows).assign(**engine_columns(engine))
-
-
-def run_baseline(target: GPT, prompts: list[dict], seeds: list[int], new_tokens: int,
-                 settings: SamplingSettings, timing_reps: int,
-                 progress_file: TextIO | None = None, engine: Engine | None = None) -> pd.DataFrame:
-    """Target-only sampling of the same prompts and seeds on `engine`: that engine's wall-clock baseline."""
-    engine = engine or EagerEngine()
-    autoregressive_decode(target, prompts[0]["ids"], new_tokens, settings, torch.Generator().manual_seed(0),
-                          engine=engine)
-    rows = []
-    bar = _bar(timing_reps * len(prompts) * len(seeds), "target-only", progress_file)
-    for rep in range(timing_reps):
-        for prompt in prompts:
-            for seed in seeds:
-                generator = torch.Generator().manual_seed(seed)
-                tokens, wall_ms = timed_ms(partial(autoregressive_decode, target, prompt["ids"], new_tokens,
-                                                   settings, generator, engine=engine))
-                rows.append({"prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
-                             "prompt_tokens": len(prompt["ids"]), "seed": seed, "rep": rep,
-                             "new_tokens": new_tokens, "target_forwards": new_tokens,
-                             "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
-                             "new_token_ids": tokens[0, len(prompt["ids"]):].tolist()})
-                bar.update()
-    bar.close()
     return pd.DataFrame(rows).assign(**engine_columns(engine))

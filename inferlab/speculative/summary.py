@@ -59,15 +59,16 @@ def with_step_bounds(summary: pd.DataFrame, bound_ms: dict[str, float], target_n
 
 def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
               params: dict[str, int], target_name: str) -> pd.DataFrame:
-    """One row per (draft, k). runs and forward carry a draft column; params maps model -> count.
+    """One row per (draft, k). runs, forward and baseline (the group's own target-only runs) carry
+    draft and k columns; params maps model -> count.
 
     Counters come from rerun 0 (reruns repeat the same seeds, so they repeat the counts).
     α = accepted / proposed counts only draft tokens that reached the accept test, the
     per-token acceptance probability the formula assumes; accepted / drafted (all k per round)
     is (E - 1) / k instead and is reported as accepted_per_drafted. For k = 1 the measured
     yield is 1 + α by construction, so the formula check only has content for k >= 2.
-    The wall-clock speedup pairs rerun r of the baseline with rerun r of the group; its
-    median, min and max over r are reported.
+    The wall-clock speedup pairs rerun r of the group's target-only runs with its rerun r (the
+    group's job timed them interleaved); its median, min and max over r are reported.
     """
     counted = runs[runs["rep"] == 0]
     # reruns repeat the seeds, so their tokens must repeat too (a check on determinism)
@@ -79,7 +80,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         target_forwards=("target_forwards", "sum"), draft_forwards=("draft_forwards", "sum"),
         drafted=("drafted", "sum"), proposed=("proposed", "sum"), accepted=("accepted", "sum"),
         generated=("generated", "sum"), overlap_sum=("overlap_sum", "sum"))
-    base_wall = _wall_by_rep(baseline, [])
+    base_wall = _wall_by_rep(baseline, ["draft", "k"])
     spec_wall = _wall_by_rep(runs, ["draft", "k"])
     fwd = forward.groupby(["draft", "k", "role", "tokens_per_forward"])["forward_ms"].median()
     rows = []
@@ -95,8 +96,8 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         draft_half = fwd.get((draft, k, "draft_half", k))
         c_params = params[draft] / params[target_name]
         c_time = draft_ms / target_ms
-        group_wall = spec_wall[(spec_wall["draft"] == draft) & (spec_wall["k"] == k)]
-        paired = group_wall.merge(base_wall, on="rep", suffixes=("_spec", "_base"))
+        paired = spec_wall.merge(base_wall, on=["draft", "k", "rep"], suffixes=("_spec", "_base"))
+        paired = paired[(paired["draft"] == draft) & (paired["k"] == k)]
         ratios = paired["wall_ms_base"] / paired["wall_ms_spec"]
         breakdown = round_breakdown(float(paired["wall_ms_spec"].median()), rec["rounds"], k, draft_ms, verify_ms,
                                     None if draft_half is None else float(draft_half))
@@ -132,7 +133,22 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "timing_reps": len(ratios),
             "reruns_identical": bool(consistent[(draft, k)]),
         })
-    return with_marginal_draft_step(pd.DataFrame(rows)).sort_values(["draft", "k"], ignore_index=True)
+    table = with_job_speed_spread(with_marginal_draft_step(pd.DataFrame(rows)))
+    return table.sort_values(["draft", "k"], ignore_index=True)
+
+
+# Group jobs whose own target steps (same model, same position) differ by more than this factor ran
+# at different machine speeds: each job's ratios (c, wall_speedup) stay valid, being taken within
+# the job, but milliseconds from two jobs do not compare.
+JOB_SPEED_SPREAD_LIMIT = 1.5
+
+
+def with_job_speed_spread(summary: pd.DataFrame) -> pd.DataFrame:
+    """How far the machine's speed moved between the group jobs, read off each job's own target step:
+    the largest over the smallest (job_speed_spread), and whether it passes JOB_SPEED_SPREAD_LIMIT.
+    A shared VM can slow down for minutes without load or steal showing it."""
+    spread = float(summary["target_step_ms"].max() / summary["target_step_ms"].min())
+    return summary.assign(job_speed_spread=spread, job_speeds_differ=spread > JOB_SPEED_SPREAD_LIMIT)
 
 
 def with_marginal_draft_step(summary: pd.DataFrame) -> pd.DataFrame:

@@ -58,7 +58,8 @@ def speculative_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
     walls = " and ".join(f"{cell(fastest, None, wall_column(e))}× on {e}" for e in engines)
     same = (fastest["draft"].iloc[0], fastest["k"].iloc[0]) == (best["draft"].iloc[0], best["k"].iloc[0])
     sentences.append(f"On the wall clock the fastest group on {engines[-1]} is {fastest['draft'].iloc[0]} k = "
-                     f"{cell(fastest, None, 'k')}: {walls}, as a ratio to target-only sampling; "
+                     f"{cell(fastest, None, 'k')}: {walls}, as a ratio to target-only sampling timed "
+                     "interleaved with it; "
                      + ("it is also the best group by parameter cost." if same else
                         "it is not the best group by parameter cost: a draft's forward does not cost in proportion "
                         "to its parameters here."))
