@@ -80,8 +80,9 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         target_forwards=("target_forwards", "sum"), draft_forwards=("draft_forwards", "sum"),
         drafted=("drafted", "sum"), proposed=("proposed", "sum"), accepted=("accepted", "sum"),
         generated=("generated", "sum"), overlap_sum=("overlap_sum", "sum"))
-    base_wall = _wall_by_rep(baseline, ["draft", "k"])
-    spec_wall = _wall_by_rep(runs, ["draft", "k"])
+    group_keys = ["draft", "k"]
+    walls = _wall_by_rep(runs, group_keys).merge(_wall_by_rep(baseline, group_keys), on=[*group_keys, "rep"],
+                                                 suffixes=("_spec", "_base"))
     fwd = forward.groupby(["draft", "k", "role", "tokens_per_forward"])["forward_ms"].median()
     rows = []
     for rec in sums.to_dict("records"):
@@ -96,8 +97,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         draft_half = fwd.get((draft, k, "draft_half", k))
         c_params = params[draft] / params[target_name]
         c_time = draft_ms / target_ms
-        paired = spec_wall.merge(base_wall, on=["draft", "k", "rep"], suffixes=("_spec", "_base"))
-        paired = paired[(paired["draft"] == draft) & (paired["k"] == k)]
+        paired = walls[(walls["draft"] == draft) & (walls["k"] == k)]
         ratios = paired["wall_ms_base"] / paired["wall_ms_spec"]
         breakdown = round_breakdown(float(paired["wall_ms_spec"].median()), rec["rounds"], k, draft_ms, verify_ms,
                                     None if draft_half is None else float(draft_half))
