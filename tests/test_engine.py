@@ -63,6 +63,60 @@ def test_compiled_greedy_generation_matches_eager(compiled, pair):
     assert any(":T1:B1:" in label for label in compiled.compile_ms), "the decode step was not compiled"
 
 
+def _starts(where: str, rows: int, max_seq_len: int) -> list[int]:
+    edge = context_bucket(1, max_seq_len)
+    return {"from 0": [0], "ending at the last slot": [max_seq_len - rows],
+            "at the first bucket's edge": [edge - rows, edge - rows + 1]}[where]
+
+
+# Each row count's graphs near both ends, and for 1 and 5 rows at the first context bucket's edge:
+# one test each, so that a failure names its case and no test waits on every graph's compile.
+FORWARD_CASES = [(rows, where) for rows in (1, 2, 3, 5, 9) for where in ("from 0", "ending at the last slot")]
+FORWARD_CASES += [(rows, "at the first bucket's edge") for rows in (1, 5)]
+
+
+@pytest.mark.parametrize(("rows", "where"), FORWARD_CASES)
+def test_compiled_forward_equals_eager_near_both_ends_and_after_a_rewrite(compiled, one_layer, rows, where):
+    """Every row count a decode step or a verification uses, at positions from 0 and ending at the
+    last slot, and again after rewriting slots already written (a rollback): the compiled step's
+    logits equal an uncached eager forward of the true context. For 1 and 5 rows also at the first
+    context bucket's edge: ending on its last slot, and one position later (into the next bucket).
+    (One layer: each graph's C++ GEMM kernels take seconds to compile, and a second layer would
+    test nothing new.)"""
+    target = one_layer
+    compiled.want_token_counts(rows)
+    S = target.config.max_seq_len
+    starts = _starts(where, rows, S)
+    gen = torch.Generator().manual_seed(rows)
+    session = compiled.open(target)
+    with torch.no_grad():
+        for start in starts:
+            ids = torch.randint(target.config.vocab_size, (1, start + rows), generator=gen)
+            if start:
+                session.forward(ids[:, :start], 0)
+            for attempt in range(2):  # the second writes other tokens over the same slots
+                got = session.forward(ids[:, start:], start)[0]
+                torch.testing.assert_close(got, target(ids)[0, start:], atol=1e-4, rtol=0)
+                ids = torch.cat([ids[:, :start], (ids[:, start:] + 1 + attempt) % target.config.vocab_size], 1)
+    assert {f":T{rows}:B1:S{context_bucket(start + rows, S)}" for start in starts} <= {
+        label[label.index(":T"):] for label in compiled.compile_ms}
+
+
+def test_a_slice_of_a_longer_row_runs_the_graph_its_shape_compiled(compiled, one_layer):
+    """Dynamo guards the strides of a graph's inputs: a step fed ids[:, start:] out of rows of other
+    lengths runs the one graph of its shape, instead of compiling it again for every row length."""
+    session = compiled.open(one_layer)
+    gen = torch.Generator().manual_seed(12)
+    compiles = len(compiled.compile_ms)
+    with torch.no_grad():
+        for length in (8, 13, 21):
+            ids = torch.randint(one_layer.config.vocab_size, (1, length), generator=gen)
+            session.forward(ids[:, :6], 0)
+            got = session.forward(ids[:, 6:7], 6)[0]
+            torch.testing.assert_close(got, one_layer(ids[:, :7])[0, 6:], atol=1e-4, rtol=0)
+    assert len(compiled.compile_ms) - compiles <= 1, sorted(compiled.compile_ms)
+
+
 def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
     """Greedy speculative decoding on the compiled engine equals target-only greedy decoding, and
     every round's cached logits (after rejections too) equal a fresh uncached forward."""
@@ -81,34 +135,6 @@ def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
             context = torch.tensor([seq[:n] + drafts])
             torch.testing.assert_close(entry["target_logits"], target(context)[0, n - 1:], atol=1e-4, rtol=1e-4)
     assert any(f":T{k + 1}:B1:" in label for label in compiled.compile_ms), "verify step not compiled"
-
-
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9])
-def test_compiled_forward_equals_eager_near_both_ends_and_after_a_rewrite(compiled, one_layer, rows):
-    """Every row count a decode step or a verification uses, at positions from 0 and ending at the
-    last slot, and again after rewriting slots already written (a rollback): the compiled step's
-    logits equal an uncached eager forward of the true context. For 1 and 5 rows also at the first
-    context bucket's edge: ending on its last slot, and one position later (into the next bucket).
-    (One layer: each graph's C++ GEMM kernels take seconds to compile, and a second layer would
-    test nothing new.)"""
-    target = one_layer
-    compiled.want_token_counts(rows)
-    S = target.config.max_seq_len
-    edge = context_bucket(1, S)
-    starts = [0, S - rows] + ([edge - rows, edge - rows + 1] if rows in (1, 5) else [])
-    gen = torch.Generator().manual_seed(rows)
-    session = compiled.open(target)
-    with torch.no_grad():
-        for start in starts:
-            ids = torch.randint(target.config.vocab_size, (1, start + rows), generator=gen)
-            if start:
-                session.forward(ids[:, :start], 0)
-            for attempt in range(2):  # the second writes other tokens over the same slots
-                got = session.forward(ids[:, start:], start)[0]
-                torch.testing.assert_close(got, target(ids)[0, start:], atol=1e-4, rtol=0)
-                ids = torch.cat([ids[:, :start], (ids[:, start:] + 1 + attempt) % target.config.vocab_size], 1)
-    assert {f":T{rows}:B1:S{context_bucket(start + rows, S)}" for start in starts} <= {
-        label[label.index(":T"):] for label in compiled.compile_ms}
 
 
 def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):

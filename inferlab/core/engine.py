@@ -178,6 +178,10 @@ class CompiledSession:
         n = tokens.size(1)
         if start + n > self.model.config.max_seq_len:
             raise ValueError(f"position {start + n - 1} exceeds the context {self.model.config.max_seq_len}")
+        if tokens.stride() != (n, 1):
+            # a slice of a longer row (ids[:, start:]): dynamo guards input strides, so every other
+            # row length would compile the same step again (seconds each)
+            tokens = tokens.clone(memory_format=torch.contiguous_format)
         positions = self._positions.get((start, n))
         if positions is None:
             positions = self._positions[start, n] = torch.arange(start, start + n, device=tokens.device)
