@@ -107,7 +107,7 @@ def _cached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, position
     session = engine.open(model, sequence.size(0), positions)
     if positions > 1:
         session.forward(sequence[:, : positions - 1], 0)
-    token = sequence[:, positions - 1: positions]
+    token = sequence[:, positions - 1: positions].clone()  # its own row: the timed step never copies it
     return (lambda: session.forward(token, positions - 1)), session.close
 
 
