@@ -13,16 +13,11 @@ Units are in the column names: bytes, GB/s = 1e9 bytes/s, GFLOP/s = 1e9 FLOP/s.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
 from inferlab.core.config import GPTConfig, dtype_bytes, kv_bytes_per_token
 from inferlab.kvcache.anchor import FFN_MATRICES, validate_anchor
 from inferlab.kvcache.flops import forward_flops, generation_flops
-
-if TYPE_CHECKING:
-    import torch
 
 # ---------------------------------------------------------------------------- anchor
 
@@ -98,11 +93,6 @@ def anchor_roofline(anchor: dict, context_tokens: list[int]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- our model
 
 
-def param_bytes(dtype: torch.dtype | None = None) -> int:
-    """Bytes per parameter of weights held in dtype (the checkpoints and the timed model are fp32)."""
-    return dtype_bytes(dtype)
-
-
 def our_roofline(config: GPTConfig, params: int, weight_bytes_per_param: int, prompt_len: int, length: int,
                  bandwidth_bytes_per_s: float, flops_per_s: float, measured_ms_per_token: float,
                  model_name: str, machine: str, device: str) -> pd.DataFrame:
@@ -135,7 +125,7 @@ def step_bound_ms(config: GPTConfig, params: int, position: int, rows: int, band
                   flops_per_s: float) -> float:
     """The bound for one cached forward of `rows` tokens at positions position..position+rows-1: every
     weight read once (fp32) and the cache of the positions before, or the forward's FLOPs if slower."""
-    read = params * param_bytes() + kv_bytes_per_token(config) * position
+    read = params * dtype_bytes() + kv_bytes_per_token(config) * position
     return bound_columns(read, forward_flops(config, rows, start=position), bandwidth_bytes_per_s,
                          flops_per_s)["lower_bound_ms_per_token"]
 
