@@ -121,7 +121,7 @@ def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
     """Greedy speculative decoding on the compiled engine equals target-only greedy decoding, and
     every round's cached logits (after rejections too) equal a fresh uncached forward."""
     target, draft = pair
-    prompt, k = [3, 1, 4], 2  # 18 tokens: the first context bucket (its edges: the forward test below)
+    prompt, k = [3, 1, 4], 2  # 18 tokens: the first context bucket (its edges: the forward test above)
     reference = generate(target, torch.tensor([prompt]), 18).new_tokens(len(prompt))[0].tolist()
     trace: list[dict] = []
     result = speculative_decode(target, draft, prompt, 18, k, SamplingSettings(greedy=True), trace=trace,
