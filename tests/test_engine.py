@@ -171,10 +171,13 @@ def test_a_rounds_draft_half_is_timed_as_the_round_runs_it(compiled, pair):
     whole = compiled.call(speculative_round, (target, draft), "round", (t.k_caches, t.v_caches),
                           (d.k_caches, d.v_caches), *common)
     assert half.tolist() == whole[:k].tolist()
+    compiled_before = dict(compiled.compile_ms)
     with draft_half_call(draft, 6, k, SamplingSettings(), engine=compiled) as timed_half:
         times = timed_calls_ms(timed_half, reps=2, warmup=1)
     assert len(times) == 2 and min(times) > 0
-    assert any(label.startswith("draft_half:") and ":k2:" in label for label in compiled.compile_ms)
+    # the same shapes in the same bucket: the graph compiled above serves it (a slice of a longer
+    # row would have compiled it again, as dynamo guards strides)
+    assert compiled.compile_ms == compiled_before
     with pytest.raises(ValueError, match="fused rounds"):
         with draft_half_call(draft, 6, k, SamplingSettings(), engine=EagerEngine()):
             pass

@@ -18,7 +18,7 @@ from inferlab.core.engine import EagerEngine, Engine
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
-from inferlab.core.timing import burst_median_ms, timed_calls_ms, timed_ms
+from inferlab.core.timing import BURST_WARMUP, burst_median_ms, timed_calls_ms, timed_ms
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import Vocabulary
 from inferlab.speculative.decode import (
@@ -147,8 +147,8 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
         if engine.runs_fused_rounds:
             draft_half = sessions.enter_context(draft_half_call(draft, context, k, settings, engine))
             cases.append(("draft_half", k, draft_half))
-        for _, _, call in cases:
-            timed_calls_ms(call, 0, warmup=3)
+        for _, _, call in cases:  # each case's first call compiles on the compiled engine
+            timed_calls_ms(call, 0, warmup=BURST_WARMUP)
         for rep in range(reps):
             for role, n_tokens, call in cases:
                 ms = burst_median_ms(call)
