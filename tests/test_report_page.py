@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 
 import pytest
 
@@ -34,12 +35,24 @@ def report(tmp_path_factory):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+MAX_FRAME_PX = 100  # a window's frame around the viewport; a bigger gap is a resize not yet seen
+
+
 def _at_width(driver, width: int) -> None:
-    """Resizes so that the page's own viewport (innerWidth) is `width` px."""
-    driver.set_window_size(width, 900)
-    inner = driver.execute_script("return window.innerWidth")
-    driver.set_window_size(2 * width - inner, 900)
-    assert driver.execute_script("return window.innerWidth") == width
+    """Resizes so that the page's own viewport (innerWidth) is `width` px.
+
+    The resize reaches the page a moment after set_window_size returns: on a loaded machine CI once
+    read the old width and then asked for a negative window. So a viewport far from `width` is waited
+    out, and one close to it is the window's frame, corrected once."""
+    outer = width
+    driver.set_window_size(outer, 900)
+    deadline = time.monotonic() + 30
+    while (inner := driver.execute_script("return window.innerWidth")) != width:
+        assert time.monotonic() < deadline, f"the viewport is {inner} px after 30 s, not {width} px"
+        if outer == width and abs(width - inner) <= MAX_FRAME_PX:
+            outer += width - inner
+            driver.set_window_size(outer, 900)
+        time.sleep(0.05)
 
 
 def _too_wide(driver) -> bool:
