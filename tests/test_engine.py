@@ -158,7 +158,7 @@ def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
 def test_a_rounds_draft_half_is_timed_as_the_round_runs_it(compiled, pair):
     """The draft half timed on its own (Experiment 3's role "draft_half") is the round's own code:
     from the same caches and uniforms it proposes the tokens the whole round proposes, and it is a
-    graph of its own on the engine's stamp."""
+    graph of its own, which the timed call runs without compiling it again."""
     target, draft = pair
     k, seq = 2, [3, 1, 4, 1, 5]
     sessions = [compiled.open(model) for model in (target, draft)]
