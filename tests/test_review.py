@@ -33,16 +33,19 @@ REPO = Path(__file__).resolve().parent.parent
 RUN = {"config_sha256": "c" * 64, "git_commit": "abc123", "git_dirty": False, "config": {"quick": True}}
 
 
+@pytest.fixture(scope="module")
+def _blank_png() -> bytes:
+    return figures.to_png(plt.figure(figsize=(0.2, 0.2)))
+
+
 @pytest.fixture(autouse=True)
-def _figures_built_not_rasterised(monkeypatch):
+def _figures_built_not_rasterised(monkeypatch, _blank_png):
     """This module tests the review layer, not the figures (tests/test_report.py and the end-to-end
     run draw them): each figure is built and closed, and a blank PNG stands in for its pixels.
     Rasterising the seven figures was 1.5 s of each 2.1 s report build here."""
-    blank = figures.to_png(plt.figure(figsize=(0.2, 0.2)))
-
     def unrasterised(fig) -> bytes:
         plt.close(fig)
-        return blank
+        return _blank_png
     monkeypatch.setattr(figures, "to_png", unrasterised)
 
 

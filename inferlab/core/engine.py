@@ -159,6 +159,15 @@ def _eager_static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor
 
 
 
+def own_rows(tokens: torch.Tensor) -> torch.Tensor:
+    """tokens (B, n) with the strides of a tensor of their own, (n, 1). A slice of a longer row
+    (ids[:, start:]) keeps that row's stride, and dynamo guards input strides, so each row length
+    would compile the same graph again (seconds each). `.contiguous()` keeps a one-row slice as it is."""
+    if tokens.stride() == (tokens.size(1), 1):
+        return tokens
+    return tokens.clone(memory_format=torch.contiguous_format)
+
+
 class CompiledSession:
     """Static buffers for one model; forwards of few tokens go through the engine's compiled step."""
 
@@ -178,10 +187,7 @@ class CompiledSession:
         n = tokens.size(1)
         if start + n > self.model.config.max_seq_len:
             raise ValueError(f"position {start + n - 1} exceeds the context {self.model.config.max_seq_len}")
-        if tokens.stride() != (n, 1):
-            # a slice of a longer row (ids[:, start:]): dynamo guards input strides, so every other
-            # row length would compile the same step again (seconds each)
-            tokens = tokens.clone(memory_format=torch.contiguous_format)
+        tokens = own_rows(tokens)
         positions = self._positions.get((start, n))
         if positions is None:
             positions = self._positions[start, n] = torch.arange(start, start + n, device=tokens.device)

@@ -27,7 +27,7 @@ from functools import partial
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine, model_label
+from inferlab.core.engine import EagerEngine, Engine, model_label, own_rows
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.static_forward import context_bucket
@@ -351,9 +351,7 @@ def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings
                                              capacity=context + k) as (session, ids, gen):
         caches = (session.k_caches, session.v_caches)
         bucket = context_bucket(context + k, draft.config.max_seq_len)
-        # its own row, not a slice of ids: dynamo guards strides, so a slice compiles per context
-        last_two = ids[:, context - 2:].clone(memory_format=torch.contiguous_format)
-        args = (caches, last_two, torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
+        args = (caches, own_rows(ids[:, context - 2:]), torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
                 torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p), bucket)
         label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
         yield lambda: engine.call(proposals_only, (draft,), label, *args).tolist()
