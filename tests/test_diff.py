@@ -65,11 +65,13 @@ def speculative_tables(seed: int, reps: int = 5) -> tuple[pd.DataFrame, pd.DataF
             runs.append({"draft": draft, "k": k, "prompt_index": 0, "seed": 1, "rep": rep, "new_tokens": 20,
                          "rounds": 8, "target_forwards": 8, "draft_forwards": 8 * k, "drafted": 8 * k,
                          "proposed": 8 * k - 2, "accepted": accepted, "generated": 20, "overlap_sum": accepted * 0.9,
-                         "wall_ms": 50 * (1 + 0.02 * rng.standard_normal()), "new_token_ids": [1, 2, 3]})
+                         "wall_ms": 50 * (1 + 0.02 * rng.standard_normal()), "prefill_ms": 5.0,
+                         "new_token_ids": [1, 2, 3]})
             for role, tokens, ms in (("target", 1, 2.0), ("draft", 1, 0.5), ("target", k + 1, 2.5)):
                 forward.append({"draft": draft, "k": k, "role": role, "tokens_per_forward": tokens,
                                 "rep": rep, "forward_ms": ms * (1 + 0.02 * rng.standard_normal())})
-    baseline = pd.DataFrame([{"draft": draft, "k": k, "rep": rep, "wall_ms": 80 * (1 + 0.02 * rng.standard_normal())}
+    baseline = pd.DataFrame([{"draft": draft, "k": k, "rep": rep, "wall_ms": 80 * (1 + 0.02 * rng.standard_normal()),
+                              "prefill_ms": 3.0}
                              for draft, k in (("small", 2), ("small", 4)) for rep in range(reps)])
     return pd.DataFrame(runs), pd.DataFrame(forward), baseline
 

@@ -274,9 +274,9 @@ def test_group_times_target_only_sampling_beside_each_speculative_run(monkeypatc
         calls.append(("speculative", tuple(ids), generator.initial_seed()))
         return speculative_decode(target, draft, ids, new_tokens, k, settings, generator, engine=engine)
 
-    def target_only(target, ids, new_tokens, settings, generator, engine=None):
+    def target_only(target, ids, new_tokens, settings, generator, engine=None, timings=None):
         calls.append(("target_only", tuple(ids), generator.initial_seed()))
-        return autoregressive_decode(target, ids, new_tokens, settings, generator, engine=engine)
+        return autoregressive_decode(target, ids, new_tokens, settings, generator, engine=engine, timings=timings)
 
     monkeypatch.setattr(bench, "speculative_decode", speculative)
     monkeypatch.setattr(bench, "autoregressive_decode", target_only)
@@ -290,6 +290,11 @@ def test_group_times_target_only_sampling_beside_each_speculative_run(monkeypatc
     assert all(a[1:] == b[1:] and {a[0], b[0]} == {"speculative", "target_only"} for a, b in pairs)
     assert [a[0] for a, _ in pairs] == ["speculative", "target_only"] * 4
     assert len(runs) == len(baseline) == 8 and (baseline["wall_ms"] > 0).all()
+    # each decode's prompt caching is timed inside its wall time: prompt [1, 2] caches a token, [3] none
+    for table in (runs, baseline):
+        assert (table["prefill_ms"] < table["wall_ms"]).all()
+        two = table[table["prompt_index"] == 0]["prefill_ms"].median()
+        assert two > 5 * table[table["prompt_index"] == 1]["prefill_ms"].median()
     assert list(baseline["ran_first"]) == [i % 2 == 1 for i in range(8)]
     assert list(runs["ran_first"]) == [i % 2 == 0 for i in range(8)]
     assert runs[["rep", "prompt_index", "seed"]].equals(baseline[["rep", "prompt_index", "seed"]])
@@ -355,13 +360,14 @@ def test_summarise_counts_alpha_and_pairs_reruns():
     runs = pd.DataFrame([
         {"draft": "d", "k": 2, "seed": s, "rep": r, "new_tokens": 10, "rounds": 5, "target_forwards": 5,
          "draft_forwards": 10, "drafted": 10, "proposed": 8, "accepted": 6, "generated": 11,
-         "overlap_sum": 5.6, "wall_ms": 10.0 * (r + 1), "prompt_index": 0, "new_token_ids": [s, 1, 2]}
+         "overlap_sum": 5.6, "wall_ms": 10.0 * (r + 1), "prefill_ms": 1.0, "prompt_index": 0,
+         "new_token_ids": [s, 1, 2]}
         for s in (0, 1) for r in (0, 1)])
     forward = pd.DataFrame([
         {"draft": "d", "k": 2, "role": role, "tokens_per_forward": n, "forward_ms": ms}
         for role, n, ms in (("target", 1, 2.0), ("draft", 1, 0.5), ("target", 3, 3.0))])
     # each group's own target-only runs; another group's, timed at another moment, must not enter its ratio
-    baseline = pd.DataFrame([{"draft": "d", "k": k, "seed": s, "rep": r, "wall_ms": wall}
+    baseline = pd.DataFrame([{"draft": "d", "k": k, "seed": s, "rep": r, "wall_ms": wall, "prefill_ms": 4.0}
                              for k, wall in ((2, 30.0), (3, 90.0)) for s in (0, 1) for r in (0, 1)])
     row = summarise(runs, forward, baseline, {"d": 25, "t": 100}, "t").iloc[0]
     assert row["alpha"] == pytest.approx(12 / 16)
@@ -374,6 +380,11 @@ def test_summarise_counts_alpha_and_pairs_reruns():
     # rerun 0: 60/20 = 3, rerun 1: 60/40 = 1.5
     assert (row["wall_speedup_min"], row["wall_speedup_max"]) == (1.5, 3.0)
     assert row["wall_speedup"] == pytest.approx(2.25) and row["baseline_wall_ms"] == pytest.approx(60.0)
+    # without each decoder's prefill (two decodes per rerun): (60 - 8) / (20 - 2) and (60 - 8) / (40 - 2)
+    assert row["wall_speedup_without_prefill"] == pytest.approx((52 / 18 + 52 / 38) / 2)
+    # a round (10 per rerun, 30 ms median) = 2 draft steps 1.0 + verification 3.0 + prefill 0.2 + rest -1.2
+    assert (row["round_ms"], row["round_prefill_ms"]) == pytest.approx((3.0, 0.2))
+    assert row["round_rest_ms"] == pytest.approx(-1.2)
     assert row["reruns_identical"]
 
 

@@ -59,7 +59,9 @@ DISPLAY_NAMES = {
     "wall_speedup_max": "wall-clock speedup max (×)", "wall_ms": "wall ms", "overlap_mean": "overlap (mean)",
     "verify_cost_ratio": "verification cost (steps)", "round_ms": "ms per round",
     "round_draft_ms": "draft steps (ms/round)", "round_verify_ms": "verification (ms/round)",
-    "round_rest_ms": "rest of a round (ms)", "draft_step_in_round_ms": "draft step in a round (ms)",
+    "round_prefill_ms": "prefill per round (ms)", "round_rest_ms": "rest of a round (ms)",
+    "draft_step_in_round_ms": "draft step in a round (ms)",
+    "wall_speedup_without_prefill": "wall-clock speedup, rounds alone (×)",
     "c_time_in_round": "c in a round (time ratio)", "drafts_in_one_graph": "drafts as one graph",
     "runner_up_draft": "runner-up draft", "runner_up_k": "runner-up k", "runner_up_value": "runner-up value",
     # quantization, noise floor, models

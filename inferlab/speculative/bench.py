@@ -54,7 +54,7 @@ def _speculative_run(target: GPT, draft: GPT, prompt: dict, seed: int, new_token
             "draft_forwards": s.draft_forwards, "drafted": s.drafted, "proposed": s.proposed,
             "accepted": s.accepted, "generated": s.generated,
             "overlap_sum": s.overlap_sum, "overlap_sum_drafted": s.overlap_sum_drafted,
-            "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
+            "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens, "prefill_ms": s.prefill_ms,
             "accepted_per_round": s.accepted_per_round,
             "new_token_ids": result.new_tokens(len(prompt["ids"]))}
 
@@ -62,11 +62,13 @@ def _speculative_run(target: GPT, draft: GPT, prompt: dict, seed: int, new_token
 def _target_only_run(target: GPT, prompt: dict, seed: int, new_tokens: int, settings: SamplingSettings,
                      engine: Engine) -> dict:
     generator = torch.Generator().manual_seed(seed)
+    timings: dict[str, float] = {}
     tokens, wall_ms = timed_ms(partial(autoregressive_decode, target, prompt["ids"], new_tokens, settings,
-                                       generator, engine=engine))
+                                       generator, engine=engine, timings=timings))
     return {"prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
             "prompt_tokens": len(prompt["ids"]), "seed": seed, "new_tokens": new_tokens,
             "target_forwards": new_tokens, "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
+            "prefill_ms": timings["prefill_ms"],
             "new_token_ids": tokens[0, len(prompt["ids"]):].tolist()}
 
 

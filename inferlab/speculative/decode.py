@@ -21,6 +21,7 @@ whatever the caller's input_pos says, see inferlab.core.model.KVCache):
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -60,6 +61,7 @@ class SpeculativeStats:
     overlap_sum: float = 0.0   # sum over proposed positions of sum_x min(p, q): expected accepts
     overlap_sum_drafted: float = 0.0  # the same over all drafted positions
     accepted_per_round: list[int] = field(default_factory=list)
+    prefill_ms: float = 0.0    # wall time caching the prompt in both models, before the first round
 
 
 @dataclass
@@ -117,11 +119,16 @@ def _forward(session, tokens: list[int], start: int) -> torch.Tensor:
     return session.forward(torch.tensor([tokens], dtype=torch.long), start)[0]
 
 
-def _prefill_all_but_last(sessions: list, prompt: list[int]) -> None:
-    """Caches the prompt except its last token, which stays pending for the first round."""
+def _prefill_all_but_last(sessions: list, prompt: list[int]) -> float:
+    """Caches the prompt except its last token, which stays pending for the first round; returns the
+    ms it took. A decode's wall time includes its prefill, which a round's breakdown names apart:
+    run eagerly on every engine (a prompt's length would cost a compile of its own), it is no part
+    of what a round costs."""
+    start = time.perf_counter()
     if len(prompt) > 1:
         for session in sessions:
             _forward(session, prompt[:-1], 0)
+    return (time.perf_counter() - start) * 1e3
 
 
 def _open(engine: Engine | None, models: list[GPT], length: int) -> list:
@@ -240,10 +247,9 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         engine.want_token_counts(1, 2, k + 1)  # the reference round's steps (fused: a one-token prompt's first)
     target_session, draft_session = sessions = _open(engine, [target, draft], len(prompt) + max_new_tokens + k)
     try:
-        _prefill_all_but_last(sessions, prompt)
+        stats = SpeculativeStats(prefill_ms=_prefill_all_but_last(sessions, prompt))
         seq = list(prompt)
         draft_valid = len(seq) - 1
-        stats = SpeculativeStats()
         while len(seq) - len(prompt) < max_new_tokens:
             n = len(seq)
             if fused and n >= 2:
@@ -293,13 +299,16 @@ def _next_token(engine: Engine | None, session, seq: list[int], settings: Sampli
 @torch.no_grad()
 def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
                           settings: SamplingSettings = SamplingSettings(),
-                          generator: torch.Generator | None = None, engine: Engine | None = None
-                          ) -> torch.Tensor:
+                          generator: torch.Generator | None = None, engine: Engine | None = None,
+                          timings: dict[str, float] | None = None) -> torch.Tensor:
     """Plain target-only decoding with the same prefill convention and sampling code as
-    speculative_decode, on the same engine: the wall-clock baseline. Returns tokens (1, T_prompt + n)."""
+    speculative_decode, on the same engine: the wall-clock baseline. Returns tokens (1, T_prompt + n);
+    a `timings` dict receives the prefill's ms under "prefill_ms"."""
     sessions = _open(engine, [model], len(prompt) + max_new_tokens)
     try:
-        _prefill_all_but_last(sessions, prompt)
+        prefill_ms = _prefill_all_but_last(sessions, prompt)
+        if timings is not None:
+            timings["prefill_ms"] = prefill_ms
         seq = list(prompt)
         for _ in range(max_new_tokens):
             seq.append(_next_token(engine, sessions[0], seq, settings, generator))

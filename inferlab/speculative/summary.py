@@ -27,22 +27,26 @@ def theoretical_speedup(expected_tokens: float, k: int, cost_ratio: float) -> fl
 
 
 def _wall_by_rep(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Total wall time of every rerun (sum over prompts and seeds)."""
-    return runs.groupby([*keys, "rep"], as_index=False)["wall_ms"].sum()
+    """Total wall time, and the part of it spent caching prompts, of every rerun (sums over prompts
+    and seeds)."""
+    return runs.groupby([*keys, "rep"], as_index=False)[["wall_ms", "prefill_ms"]].sum()
 
 
-def round_breakdown(spec_wall_ms: float, rounds: int, k: int, draft_ms: float, verify_ms: float,
-                    draft_half_ms: float | None = None) -> dict:
-    """Where a round's wall time goes: its k draft steps, one verification, and the rest (the accept
-    rule, sampling, Python and the cost of each call).
+def round_breakdown(spec_wall_ms: float, spec_prefill_ms: float, rounds: int, k: int, draft_ms: float,
+                    verify_ms: float, draft_half_ms: float | None = None) -> dict:
+    """Where a round's wall time goes: its k draft steps, one verification, its share of the prompts'
+    prefill, and the rest (the accept rule, sampling, Python and the cost of each call).
 
     The drafts cost draft_half_ms where the engine runs them as one graph (timed as such), else k
-    separate steps; the verification is timed as a call of its own. The rest is negative where the
-    whole round, one graph, saves a call's fixed cost over its parts timed apart."""
+    separate steps; the verification is timed as a call of its own. The prefill (both models cache
+    each prompt before the first round) is timed inside every decode and spread over the rounds, so
+    the rest holds only what the rounds themselves pay. The rest is negative where the whole round,
+    one graph, saves a call's fixed cost over its parts timed apart."""
     round_ms = spec_wall_ms / rounds
     drafts_ms = k * draft_ms if draft_half_ms is None else draft_half_ms
+    prefill_ms = spec_prefill_ms / rounds
     return {"round_ms": round_ms, "round_draft_ms": drafts_ms, "round_verify_ms": verify_ms,
-            "round_rest_ms": round_ms - drafts_ms - verify_ms,
+            "round_prefill_ms": prefill_ms, "round_rest_ms": round_ms - drafts_ms - verify_ms - prefill_ms,
             "draft_step_in_round_ms": drafts_ms / k, "drafts_in_one_graph": draft_half_ms is not None}
 
 
@@ -99,7 +103,11 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         c_time = draft_ms / target_ms
         paired = walls[(walls["draft"] == draft) & (walls["k"] == k)]
         ratios = paired["wall_ms_base"] / paired["wall_ms_spec"]
-        breakdown = round_breakdown(float(paired["wall_ms_spec"].median()), rec["rounds"], k, draft_ms, verify_ms,
+        # the same ratio for the decoding loops alone, each decoder's prefill taken out of its own rerun
+        loop_ratios = ((paired["wall_ms_base"] - paired["prefill_ms_base"])
+                       / (paired["wall_ms_spec"] - paired["prefill_ms_spec"]))
+        breakdown = round_breakdown(float(paired["wall_ms_spec"].median()), float(paired["prefill_ms_spec"].median()),
+                                    rec["rounds"], k, draft_ms, verify_ms,
                                     None if draft_half is None else float(draft_half))
         rows.append({
             **{key: rec[key] for key in ("draft", "k", "runs", "new_tokens", "rounds", "target_forwards",
@@ -130,6 +138,9 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "wall_speedup": float(statistics.median(ratios)),
             "wall_speedup_min": float(ratios.min()),
             "wall_speedup_max": float(ratios.max()),
+            "spec_prefill_ms": float(paired["prefill_ms_spec"].median()),
+            "baseline_prefill_ms": float(paired["prefill_ms_base"].median()),
+            "wall_speedup_without_prefill": float(statistics.median(loop_ratios)),
             "timing_reps": len(ratios),
             "reruns_identical": bool(consistent[(draft, k)]),
         })

@@ -34,7 +34,8 @@ SPEC_EVIDENCE = {
 
 
 # A round's wall time split as speculative_summary.round_breakdown writes it.
-ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_rest_ms", "draft_step_in_round_ms")
+ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_prefill_ms", "round_rest_ms",
+               "draft_step_in_round_ms", "wall_speedup_without_prefill")
 # Each step against its bound, as speculative_summary.with_step_bounds writes it.
 STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound_ms", "draft_step_bound_ms",
                "target_step_over_bound", "draft_step_over_bound")
@@ -112,7 +113,10 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
     text += (f". A (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps, and "
              f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: "
              f"{_steps(int(fastest['k']), bool(fastest['drafts_in_one_graph']))} "
-             f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, " + _rest(ev['round_rest_ms']))
+             f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, its share of the prompts' "
+             f"prefill (both models, run eagerly) {ev['round_prefill_ms']:.2f}, " + _rest(ev['round_rest_ms'])
+             + f"; without each decoder's prefill, its rounds run at {ev['wall_speedup_without_prefill']:.2f}x "
+             "target-only's steps")
     if ev["best_wall_speedup"] < 1.0:
         text += (f"; no group beats target-only on the wall clock (best {ev['best_wall_speedup']:.2f}x, "
                  f"{ev['best_wall_group']}: alpha {float(fastest['alpha']):.3f}, c {float(fastest['c_time']):.3f})")
