@@ -121,9 +121,9 @@ def _forward(session, tokens: list[int], start: int) -> torch.Tensor:
 
 def _prefill_all_but_last(sessions: list, prompt: list[int]) -> float:
     """Caches the prompt except its last token, which stays pending for the first round; returns the
-    ms it took. A decode's wall time includes its prefill, which a round's breakdown names apart:
-    run eagerly on every engine (a prompt's length would cost a compile of its own), it is no part
-    of what a round costs."""
+    ms it took. A decode's wall time includes its prefill, which a round's breakdown names apart: it
+    runs eagerly unless its length is one the engine compiles anyway (a prompt's own length would cost
+    a compile), and it is no part of what a round costs."""
     start = time.perf_counter()
     if len(prompt) > 1:
         for session in sessions:

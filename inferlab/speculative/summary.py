@@ -106,8 +106,9 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         # the same ratio for the decoding loops alone, each decoder's prefill taken out of its own rerun
         loop_ratios = ((paired["wall_ms_base"] - paired["prefill_ms_base"])
                        / (paired["wall_ms_spec"] - paired["prefill_ms_spec"]))
-        breakdown = round_breakdown(float(paired["wall_ms_spec"].median()), float(paired["prefill_ms_spec"].median()),
-                                    rec["rounds"], k, draft_ms, verify_ms,
+        spec_wall_ms = float(paired["wall_ms_spec"].median())
+        spec_prefill_ms = float(paired["prefill_ms_spec"].median())
+        breakdown = round_breakdown(spec_wall_ms, spec_prefill_ms, rec["rounds"], k, draft_ms, verify_ms,
                                     None if draft_half is None else float(draft_half))
         rows.append({
             **{key: rec[key] for key in ("draft", "k", "runs", "new_tokens", "rounds", "target_forwards",
@@ -133,12 +134,12 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             **breakdown,
             # c as a round pays it: on an engine that runs the round as one graph, no call per draft step
             "c_time_in_round": breakdown["draft_step_in_round_ms"] / target_ms,
-            "spec_wall_ms": float(paired["wall_ms_spec"].median()),
+            "spec_wall_ms": spec_wall_ms,
             "baseline_wall_ms": float(paired["wall_ms_base"].median()),
             "wall_speedup": float(statistics.median(ratios)),
             "wall_speedup_min": float(ratios.min()),
             "wall_speedup_max": float(ratios.max()),
-            "spec_prefill_ms": float(paired["prefill_ms_spec"].median()),
+            "spec_prefill_ms": spec_prefill_ms,
             "baseline_prefill_ms": float(paired["prefill_ms_base"].median()),
             "wall_speedup_without_prefill": float(statistics.median(loop_ratios)),
             "timing_reps": len(ratios),

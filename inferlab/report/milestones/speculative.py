@@ -35,7 +35,7 @@ SPEC_EVIDENCE = {
 
 # A round's wall time split as speculative_summary.round_breakdown writes it.
 ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_prefill_ms", "round_rest_ms",
-               "draft_step_in_round_ms", "wall_speedup_without_prefill")
+               "draft_step_in_round_ms")
 # Each step against its bound, as speculative_summary.with_step_bounds writes it.
 STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound_ms", "draft_step_bound_ms",
                "target_step_over_bound", "draft_step_over_bound")
@@ -99,7 +99,7 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
                    "alpha": _num(top["alpha"])})
     verify = rows["verify_cost_ratio"].astype(float)
     ev.update({"verify_cost_ratio_min": float(verify.min()), "verify_cost_ratio_max": float(verify.max()),
-               **{key: float(fastest[key]) for key in ROUND_PARTS}})
+               **{key: float(fastest[key]) for key in (*ROUND_PARTS, "wall_speedup_without_prefill")}})
     # three sentences: the outcome, why (c from each step against its bound), where a round's time goes
     text = (f"{engine}: best {pick['draft']} k={int(pick['k'])}, theoretical {_fmt(ev.get('speedup_time'), 2)}x, "
             f"wall clock {_fmt(ev.get('wall_speedup'), 2)}x against target-only sampling timed interleaved with it")
