@@ -17,7 +17,9 @@ Variants of the forward (the compiled ones record what inductor generated, so a 
 did not reach inductor's C++ GEMM template shows 0 template kernels):
 - eager: GPT.forward with the growing cache;
 - reductions: the previous compiled engine's projections (<= 2 rows as reductions, MKL GEMM
-  beyond), weights as graph inputs (not frozen), today's masked attention;
+  beyond), weights as graph inputs (not frozen), today's masked attention; its reductions are
+  today's (static_forward.rows_times_weight, summed over the transposed weight, which a graph
+  whose weights are inputs reads strided), where the committed table's summed along K;
 - cpp_wrapper: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), tried and not
   taken: faster per call, but each graph compiles as one C++ unit (see core/engine.py);
 - frozen_gemm: today's compiled engine, weights frozen, the C++ GEMM template for every row count;

@@ -42,13 +42,19 @@ def context_bucket(end: int, max_seq_len: int) -> int:
 
 
 def rows_times_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x (..., K) @ weight (N, K).T for a few rows, as an elementwise product and a sum over K.
+    """x (..., K) @ weight (N, K).T for a few rows, as elementwise products summed over K.
 
     MKL's GEMM runs a matrix-vector product far below the memory bandwidth (about 2 ms for
     ref_baseline's 17 projections on 2 cores). Written as a reduction, inductor emits one
-    vectorised loop that streams each weight row once per input row (about 0.3 ms in isolation).
+    vectorised loop per projection. The sum runs over the weight transposed to (K, N), so that the
+    loop is vectorised along N with one accumulator per output lane, not along K with a horizontal
+    sum per output; with frozen weights the transposed copy is a constant, made once at compile
+    time. Measured (2-core EPYC, random weights, context 128, 30 interleaved reps, median ms): a
+    c1_dim64 two-row forward 0.171 against 0.210 summing along K, its draft half of k = 1 / 2 / 4
+    steps in one graph 0.211 / 0.346 / 0.579 against 0.243 / 0.380 / 0.639; c1_dim128 two rows 0.365
+    against 0.455, draft half 0.415 / 0.682 / 1.175 against 0.496 / 0.785 / 1.340.
     """
-    return (x.unsqueeze(-2).float() * weight.float()).sum(-1)
+    return (x.unsqueeze(-1).float() * weight.t().contiguous().float()).sum(-2)
 
 
 def gemv_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
