@@ -32,7 +32,8 @@ from inferlab.core.static_forward import static_forward
 # draft's weights fit in cache, so the template buys little there, and each of its kernels is
 # a large C++ function to compile, k times over in an unrolled round. Measured (2-core EPYC,
 # random weights, c1_dim64 under ref_baseline, k = 3, 15 interleaved reps): a round took 4.58 ms
-# with the template against 4.74 as reductions, and its compile 71 s against 63.
+# with the template against 4.74 as reductions (then summed along K, before rows_times_weight took the
+# transposed weight), and its compile 71 s against 63.
 DRAFT_GEMV_MAX_ROWS = 2
 
 
