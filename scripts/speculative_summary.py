@@ -31,9 +31,12 @@ summary = by_engine(summarise, runs.drop(columns="contended", errors="ignore"),
 # how far each step is from its bound, at the position the forward timings ran at, on this run's probe
 bandwidth, flops = best_rates(read_table(smk.input.probe))
 (position,) = forward["context"].unique()
-bounds = {name: step_bound_ms(GPTConfig(**meta["model_config"]), meta["params"], int(position), 1, bandwidth, flops)
+configs = {name: GPTConfig(**meta["model_config"]) for name, meta in metas.items()}
+bounds = {name: step_bound_ms(configs[name], meta["params"], int(position), 1, bandwidth, flops)
           for name, meta in metas.items()}
-summary = with_step_bounds(summary, bounds, p.target)
+verify_bounds = {int(k): step_bound_ms(configs[p.target], metas[p.target]["params"], int(position), int(k) + 1,
+                                       bandwidth, flops) for k in summary["k"].unique()}
+summary = with_step_bounds(summary, bounds, p.target, verify_bounds)
 contended = bool(runs.get("contended", False).any())
 summary["contended"] = contended
 best = best_groups_by_engine(summary)

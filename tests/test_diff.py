@@ -99,6 +99,10 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
                                                            [c for c in cells if c["temperature"] > 0]))
     runs, forward, baseline = speculative_tables(timing_seed, reps)
     spec = speculative_summary.summarise(runs, forward, baseline, {"small": 1000, "target": 10000}, "target")
+    # each run's bounds come from its own probe: the steps' from its bandwidth, the verifications' from its FLOP/s
+    bandwidth, flops = np.random.default_rng(timing_seed + 1000).uniform(0.9, 1.1, 2)
+    spec = speculative_summary.with_step_bounds(spec, {"target": 0.5 / bandwidth, "small": 0.05 / bandwidth},
+                                                "target", {2: 0.6 / flops, 4: 0.8 / flops})
     quant = quant_summary(quant_changes)
     timings = kv_timings(timing_seed, reps)
     floor = noise.noise_floor_table([{"name": "seed_a", "seed": 1, "val_loss": 4.00},

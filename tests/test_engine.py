@@ -430,7 +430,8 @@ def test_by_engine_never_mixes_engines():
 def test_best_groups_by_engine_keeps_one_overall_choice():
     base = {"alpha": 0.7, "tokens_per_target_forward": 2.0, "formula_tokens_per_target_forward": 2.0,
             "speedup_theory_params": 1.5, "c_params": 0.1, "c_time": 0.5, "wall_speedup_min": 0.9,
-            "wall_speedup_max": 1.1, "speedup_forward_model": 1.0, "engine_fallback_reason": ""}
+            "wall_speedup_max": 1.1, "speedup_forward_model": 1.0, "speedup_at_bound": 1.3,
+            "engine_fallback_reason": ""}
     summary = pd.DataFrame([
         {**base, "engine": "eager", "engine_used": "eager", "draft": "a", "k": 1, "speedup_theory_time": 0.9,
          "wall_speedup": 0.8},

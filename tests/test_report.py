@@ -181,6 +181,8 @@ SPEC_PREFILL_MS, BASELINE_PREFILL_MS = 10.0, 5.0  # each decode's prompt caching
 
 # ms: each model's one-token step bound, as speculative_summary computes them from the probe
 SPEC_STEP_BOUNDS = {"ref_baseline": 0.3, "c1_dim64": 0.03, "c1_dim128": 0.09}
+# ms: the target's (k+1)-token verification bound per k (compute-bound at k = 3)
+SPEC_VERIFY_BOUNDS = {1: 0.3, 3: 0.6}
 
 
 def spec_tables(all_identical: bool = True, contended: bool = False,
@@ -223,7 +225,7 @@ def spec_tables(all_identical: bool = True, contended: bool = False,
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
     summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
-    summary = speculative_summary.with_step_bounds(summary, SPEC_STEP_BOUNDS, "ref_baseline")
+    summary = speculative_summary.with_step_bounds(summary, SPEC_STEP_BOUNDS, "ref_baseline", SPEC_VERIFY_BOUNDS)
     summary["contended"] = contended
     return {"spec_summary": summary, "spec_best": speculative_summary.best_groups_by_engine(summary),
             "spec_identity": pd.DataFrame(ident)}
@@ -483,6 +485,15 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
             f"adds {0.6 * cost:.3f} ms (c {0.6 * cost:.3f})") in per_engine[1]
     assert "inside a round's graph" not in per_engine[0]
     assert f"{int(fastest['k'])} draft step" in per_engine[1] and "as one graph" in per_engine[1]
+    # the roofline's verification (0.3 and 0.6 ms against a 0.3 ms step) and the best group at the bounds
+    assert "at this machine's roofline 1.00/2.00 steps at k = 1/3" in per_engine[1]
+    at_bound = rows.loc[rows["speedup_at_bound"].idxmax()]
+    assert at_bound["speedup_at_bound"] == pytest.approx(
+        at_bound["formula_tokens_per_target_forward"] * 0.3
+        / (at_bound["k"] * SPEC_STEP_BOUNDS[at_bound["draft"]] + SPEC_VERIFY_BOUNDS[at_bound["k"]]))
+    assert (f"the best group, {at_bound['draft']} k={int(at_bound['k'])}, would run at "
+            f"{at_bound['speedup_at_bound']:.2f}x") in per_engine[1]
+    assert compiled["speedup_at_bound"] == pytest.approx(at_bound["speedup_at_bound"])
 
 
 def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():

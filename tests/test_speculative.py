@@ -16,6 +16,7 @@ from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.timing import BURST, BURST_WARMUP, timed_calls_ms
+from inferlab.kvcache.roofline import step_bound_ms
 from inferlab.speculative import bench
 from inferlab.speculative.bench import run_forward_timing
 from inferlab.speculative.decode import (
@@ -33,6 +34,7 @@ from inferlab.speculative.summary import (
     expected_tokens_per_round,
     summarise,
     theoretical_speedup,
+    with_step_bounds,
 )
 
 
@@ -388,10 +390,35 @@ def test_summarise_counts_alpha_and_pairs_reruns():
     assert row["reruns_identical"]
 
 
+def test_a_verifications_bound_grows_with_its_rows_once_its_arithmetic_outlasts_the_weights_read():
+    """ref_baseline's shape at position 100: with the 2-core EPYC's probe (137 GB/s, 166 GFLOP/s) two rows'
+    FLOPs take less time than the weights' read, five rows' take more; with unlimited FLOP/s every row
+    count costs the weights' read (and a few more cache slots). speedup_at_bound is then the forward model
+    at those bounds, and with a verification at one step's bound it is E / (k c + 1), c the bounds' ratio."""
+    config, params, position = GPTConfig(), 3_688_704, 100
+    bound = {rows: step_bound_ms(config, params, position, rows, 137e9, 166e9) for rows in (1, 2, 5)}
+    unlimited = {rows: step_bound_ms(config, params, position, rows, 137e9, math.inf) for rows in (1, 5)}
+    assert unlimited[5] == pytest.approx(unlimited[1]) and bound[1] == pytest.approx(unlimited[1])
+    assert bound[1] == bound[2] < bound[5] and bound[5] / bound[1] > 1.9
+    summary = pd.DataFrame([{"draft": "d", "k": k, "target_step_ms": 1.0, "draft_step_ms": 0.5,
+                             "verify_forward_ms": 1.5,
+                             "formula_tokens_per_target_forward": expected_tokens_per_round(0.6, k)}
+                            for k in (1, 4)])
+    rows = with_step_bounds(summary, {"t": bound[1], "d": 0.1 * bound[1]}, "t", {1: bound[2], 4: bound[5]})
+    assert rows["verify_bound_ratio"].tolist() == pytest.approx([1.0, bound[5] / bound[1]])
+    assert rows["verify_over_bound"].tolist() == pytest.approx([1.5 / bound[2], 1.5 / bound[5]])
+    assert rows["speedup_at_bound"].tolist() == pytest.approx(
+        [expected_tokens_per_round(0.6, k) * bound[1] / (k * 0.1 * bound[1] + verify)
+         for k, verify in ((1, bound[2]), (4, bound[5]))])
+    at_one_step = with_step_bounds(summary, {"t": 2.0, "d": 0.2}, "t", {1: 2.0, 4: 2.0})
+    assert at_one_step["speedup_at_bound"].tolist() == pytest.approx(
+        [theoretical_speedup(expected_tokens_per_round(0.6, k), k, 0.1) for k in (1, 4)])
+
+
 def test_best_groups_puts_the_choice_first():
     base = {"alpha": 0.7, "tokens_per_target_forward": 2.0, "formula_tokens_per_target_forward": 2.0,
             "c_params": 0.1, "c_time": 0.3, "wall_speedup_min": 1.0, "wall_speedup_max": 1.2,
-            "speedup_forward_model": 1.0}
+            "speedup_forward_model": 1.0, "speedup_at_bound": 1.4}
     summary = pd.DataFrame([
         {**base, "draft": "small", "k": 3, "speedup_theory_params": 1.9, "speedup_theory_time": 1.2,
          "wall_speedup": 1.1},

@@ -63,6 +63,7 @@ DISPLAY_NAMES = {
     "draft_step_in_round_ms": "draft step in a round (ms)",
     "wall_speedup_without_prefill": "wall-clock speedup, rounds alone (×)",
     "c_time_in_round": "c in a round (time ratio)", "drafts_in_one_graph": "drafts as one graph",
+    "speedup_at_bound": "speedup at the roofline (×)", "verify_bound_ratio": "verification at the bound (steps)",
     "runner_up_draft": "runner-up draft", "runner_up_k": "runner-up k", "runner_up_value": "runner-up value",
     # quantization, noise floor, models
     "delta_loss": "Δ loss (nats)", "kl_mean_nats": "KL (nats/token)", "top1_agreement": "top-1 agreement",

@@ -185,7 +185,7 @@ def sp_default_rows(default: pd.DataFrame | None) -> list[dict]:
 SPEC_EXACT = {"alpha": ("", True), "tokens_per_target_forward": ("tokens/forward", True),
               "formula_tokens_per_target_forward": ("tokens/forward", True),
               "speedup_theory_params": ("x", True)}
-SPEC_TIMED = {"speedup_theory_time": "x", "speedup_forward_model": "x"}
+SPEC_TIMED = {"speedup_theory_time": "x", "speedup_forward_model": "x", "speedup_at_bound": "x"}
 
 
 def spec_summary_rows(summary: pd.DataFrame | None) -> list[dict]:

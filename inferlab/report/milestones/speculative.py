@@ -38,7 +38,7 @@ ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_prefill_m
                "draft_step_in_round_ms")
 # Each step against its bound, as speculative_summary.with_step_bounds writes it.
 STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound_ms", "draft_step_bound_ms",
-               "target_step_over_bound", "draft_step_over_bound")
+               "target_step_over_bound", "draft_step_over_bound", "verify_bound_ratio", "speedup_at_bound")
 # How far the machine's speed moved between the group jobs (speculative_summary.with_job_speed_spread).
 JOB_SPEED = ("job_speed_spread", "job_speeds_differ")
 
@@ -76,6 +76,22 @@ def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
     return text
 
 
+def _roofline(rows: pd.DataFrame, picks: pd.DataFrame) -> tuple[dict, str, str]:
+    """What the roofline leaves the rounds (speculative_summary.with_step_bounds): the verification's
+    bound in steps at their bound, per k, and the best group with every forward at its bound (the
+    producer's "speedup_at_bound" criterion). Returns the evidence and the two clauses."""
+    by_k = rows.groupby("k")["verify_bound_ratio"].first().astype(float)
+    pick = picks[picks["criterion"] == "speedup_at_bound"].iloc[0]
+    ev = {"verify_bound_ratio_by_k": {int(k): float(r) for k, r in by_k.items()},
+          "speedup_at_bound": float(pick["value"]), "speedup_at_bound_group": f"{pick['draft']} k={int(pick['k'])}"}
+    verify = (f" (at this machine's roofline {'/'.join(f'{r:.2f}' for r in by_k)} steps at k = "
+              f"{'/'.join(str(int(k)) for k in by_k.index)}: its weights are read once, but its arithmetic grows "
+              "with k + 1)")
+    best = (f"; with every forward at its bound the best group, {ev['speedup_at_bound_group']}, would run at "
+            f"{ev['speedup_at_bound']:.2f}x")
+    return ev, verify, best
+
+
 def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
     match = summary[(summary["draft"] == draft) & (summary["k"] == k)]
     return match.iloc[0] if len(match) else None
@@ -110,13 +126,17 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
                  + f" (fastest group on the wall clock: {ev['best_wall_group']} at {ev['best_wall_speedup']:.2f}x)")
     text += (". Why: c by time " + ", ".join(f"{d} {c:.3f}" for d, c in c_by_draft.items())
              + _bound_clause(rows, str(fastest["draft"])))
-    text += (f". A (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps, and "
+    roofline, verify_at_bound, at_bound = _roofline(rows, picks)
+    ev.update(roofline)
+    text += (f". A (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps"
+             f"{verify_at_bound}, and "
              f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: "
              f"{_steps(int(fastest['k']), bool(fastest['drafts_in_one_graph']))} "
              f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, its share of the prompts' "
              f"prefill (both models, run eagerly) {ev['round_prefill_ms']:.2f}, " + _rest(ev['round_rest_ms'])
              + f"; without each decoder's prefill, its rounds run at {ev['wall_speedup_without_prefill']:.2f}x "
              "target-only's steps")
+    text += at_bound
     if ev["best_wall_speedup"] < 1.0:
         text += (f"; no group beats target-only on the wall clock (best {ev['best_wall_speedup']:.2f}x, "
                  f"{ev['best_wall_group']}: alpha {float(fastest['alpha']):.3f}, c {float(fastest['c_time']):.3f})")

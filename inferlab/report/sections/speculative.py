@@ -11,9 +11,9 @@ from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.render import Document
 from inferlab.report.sections.common import cell, compact, experiment, findings, missing_note, verdict
 
-# measured on the first engine: acceptance and yield do not depend on the engine, only the wall clock does
+# measured on the first engine: acceptance, yield and the bounds do not depend on the engine, only the wall clock does
 SHARED = ["draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
-          "speedup_theory_params"]
+          "speedup_theory_params", "speedup_at_bound"]
 
 
 FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is within 5% of it
