@@ -29,6 +29,7 @@ from inferlab.report.milestones.kvcache import check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2
 from inferlab.report.milestones.speculative import COMPILED_WALL_TARGET, check_m3
+from inferlab.report.sections.speculative import group_table, speculative_findings
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.runinfo import benchmark_table, classify_outputs
 from inferlab.sampling import aggregate as sampling_aggregate
@@ -494,6 +495,18 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     assert (f"the best group, {at_bound['draft']} k={int(at_bound['k'])}, would run at "
             f"{at_bound['speedup_at_bound']:.2f}x") in per_engine[1]
     assert compiled["speedup_at_bound"] == pytest.approx(at_bound["speedup_at_bound"])
+
+
+def test_experiment_3_shows_each_group_at_the_roofline_and_names_the_best():
+    summary = spec_tables()["spec_summary"]
+    table = group_table(summary)
+    eager = summary[summary["engine"] == "eager"].set_index(["draft", "k"])["speedup_at_bound"]
+    assert table["speedup_at_bound"].tolist() == pytest.approx(
+        [eager[(d, k)] for d, k in zip(table["draft"], table["k"], strict=True)], abs=5e-3)
+    best = eager.idxmax()
+    finding = speculative_findings(table, ["eager", "compiled"])[-1]
+    assert finding.startswith(f"With every forward at its roofline bound the best group would be {best[0]} k = "
+                              f"{best[1]} at {eager.max():.3g}×")
 
 
 def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():
