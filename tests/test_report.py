@@ -28,7 +28,7 @@ from inferlab.report.milestones.common import FAIL, MISSING, PASS
 from inferlab.report.milestones.kvcache import check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2
-from inferlab.report.milestones.speculative import COMPILED_WALL_TARGET, check_m3
+from inferlab.report.milestones.speculative import COMPILED_VERIFY_TARGET, COMPILED_WALL_TARGET, check_m3
 from inferlab.report.sections.speculative import group_table, speculative_findings
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.runinfo import benchmark_table, classify_outputs
@@ -495,6 +495,20 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     assert (f"the best group, {at_bound['draft']} k={int(at_bound['k'])}, would run at "
             f"{at_bound['speedup_at_bound']:.2f}x") in per_engine[1]
     assert compiled["speedup_at_bound"] == pytest.approx(at_bound["speedup_at_bound"])
+
+
+def test_m3_holds_the_compiled_verification_to_its_target_and_names_where_the_roofline_rules_it_out():
+    """Verifications cost 1.2 steps (met) unless a group's own target step runs faster; the roofline puts
+    k = 3's verification at 2.00 bound steps, above the target whatever the engine measured."""
+    per_engine = check_m3(full_data(), MACHINE).verdict_parts[2]
+    assert (f"the verification target (at most {COMPILED_VERIFY_TARGET:.2f} steps for k <= 4) is met, and an engine "
+            "at this machine's roofline would miss it at k = 3 (2.00 steps)") in per_engine[1]
+    assert "verification target" not in per_engine[0]  # the target is the compiled engine's
+    # a machine that ran the compiled groups of k = 3 faster: their own target step 0.8 ms, so 1.2 / 0.8 = 1.5 steps
+    m = check_m3(full_data(**spec_tables(compiled_step_scale_by_k={3: 0.8})), MACHINE)
+    assert "is not met at k = 3 (1.50), and an engine" in m.verdict_parts[2][1]
+    assert m.evidence["engines"]["compiled"]["verify_target_unmet_k"] == [3]
+    assert m.evidence["engines"]["compiled"]["verify_target_beyond_roofline_k"] == [3]
 
 
 def test_experiment_3_shows_each_group_at_the_roofline_and_names_the_best():
