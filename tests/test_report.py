@@ -29,7 +29,6 @@ from inferlab.report.milestones.kvcache import check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2
 from inferlab.report.milestones.speculative import COMPILED_VERIFY_TARGET, COMPILED_WALL_TARGET, check_m3
-from inferlab.report.sections.speculative import group_table, speculative_findings
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.runinfo import benchmark_table, classify_outputs
 from inferlab.sampling import aggregate as sampling_aggregate
@@ -509,18 +508,6 @@ def test_m3_holds_the_compiled_verification_to_its_target_and_names_where_the_ro
     assert "is not met at k = 3 (1.50), and an engine" in m.verdict_parts[2][1]
     assert m.evidence["engines"]["compiled"]["verify_target_unmet_k"] == [3]
     assert m.evidence["engines"]["compiled"]["verify_target_beyond_roofline_k"] == [3]
-
-
-def test_experiment_3_shows_each_group_at_the_roofline_and_names_the_best():
-    summary = spec_tables()["spec_summary"]
-    table = group_table(summary)
-    eager = summary[summary["engine"] == "eager"].set_index(["draft", "k"])["speedup_at_bound"]
-    assert table["speedup_at_bound"].tolist() == pytest.approx(
-        [eager[(d, k)] for d, k in zip(table["draft"], table["k"], strict=True)], abs=5e-3)
-    best = eager.idxmax()
-    finding = speculative_findings(table, ["eager", "compiled"])[-1]
-    assert finding.startswith(f"With every forward at its roofline bound the best group would be {best[0]} k = "
-                              f"{best[1]} at {eager.max():.3g}×")
 
 
 def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():

@@ -11,9 +11,9 @@ from inferlab.report.milestones.common import Milestone, contended, engines_in
 from inferlab.report.render import Document
 from inferlab.report.sections.common import cell, compact, experiment, findings, missing_note, verdict
 
-# measured on the first engine: acceptance, yield and the bounds do not depend on the engine, only the wall clock does
+# measured on the first engine: acceptance and yield do not depend on the engine, only the wall clock does
 SHARED = ["draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
-          "speedup_theory_params", "speedup_at_bound"]
+          "speedup_theory_params"]
 
 
 FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is within 5% of it
@@ -63,10 +63,6 @@ def speculative_findings(table: pd.DataFrame, engines: list[str]) -> list[str]:
                      + ("it is also the best group by parameter cost." if same else
                         "it is not the best group by parameter cost: a draft's forward does not cost in proportion "
                         "to its parameters here."))
-    bound = table.loc[[table["speedup_at_bound"].idxmax()]]
-    sentences.append(f"With every forward at its roofline bound the best group would be {bound['draft'].iloc[0]} k = "
-                     f"{cell(bound, None, 'k')} at {cell(bound, None, 'speedup_at_bound')}×: what the wall clock "
-                     "falls short of that is what the forwards and the rounds pay above their bounds.")
     return sentences
 
 
@@ -87,8 +83,7 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
     doc.add("figure", "speculative_yield", F.FIGURES["speculative_yield"])
     full = doc.full_table("speculative-groups", "Speculative: every (engine, draft, k) group", summary)
     doc.add("table", table, "Per (draft, k): acceptance, yield against the formula, theory speedup with c by "
-            "parameters, the speedup with every forward at its roofline bound, and the wall-clock speedup per engine",
-            full)
+            "parameters, and the wall-clock speedup per engine", full)
     findings(doc, speculative_findings(table, engines_in(summary)))
     if contended(data, "spec_summary"):
         doc.add("note", "CONTENDED: other work loaded the machine while these timings ran; the wall-clock "
