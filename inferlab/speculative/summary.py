@@ -26,6 +26,12 @@ def theoretical_speedup(expected_tokens: float, k: int, cost_ratio: float) -> fl
     return expected_tokens / (k * cost_ratio + 1.0)
 
 
+def forward_model_speedup(expected_tokens, k, target_ms, draft_ms, verify_ms):
+    """E t_target / (k t_draft + t_verify): a round costs k draft steps and one (k+1)-token
+    verification, each at its own time, against E target steps. Scalars or aligned Series."""
+    return expected_tokens * target_ms / (k * draft_ms + verify_ms)
+
+
 def _wall_by_rep(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Total wall time, and the part of it spent caching prompts, of every rerun (sums over prompts
     and seeds)."""
@@ -71,8 +77,8 @@ def with_step_bounds(summary: pd.DataFrame, bound_ms: dict[str, float], target_n
         draft_step_over_bound=summary["draft_step_ms"] / draft_bound,
         verify_bound_ms=verify_bound, verify_bound_ratio=verify_bound / target_bound,
         verify_over_bound=summary["verify_forward_ms"] / verify_bound,
-        speedup_at_bound=summary["formula_tokens_per_target_forward"] * target_bound
-        / (summary["k"] * draft_bound + verify_bound))
+        speedup_at_bound=forward_model_speedup(summary["formula_tokens_per_target_forward"], summary["k"],
+                                               target_bound, draft_bound, verify_bound))
 
 
 def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
@@ -144,7 +150,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "speedup_theory_params": theoretical_speedup(formula, k, c_params),
             "speedup_theory_time": theoretical_speedup(formula, k, c_time),
             # the same cost model, with the measured cost of the (k+1)-token verification
-            "speedup_forward_model": formula * target_ms / (k * draft_ms + verify_ms),
+            "speedup_forward_model": forward_model_speedup(formula, k, target_ms, draft_ms, verify_ms),
             **breakdown,
             # c as a round pays it: on an engine that runs the round as one graph, no call per draft step
             "c_time_in_round": breakdown["draft_step_in_round_ms"] / target_ms,
