@@ -20,10 +20,11 @@ did not reach inductor's C++ GEMM template shows 0 template kernels):
   beyond), weights as graph inputs (not frozen), today's masked attention; its reductions are
   today's (static_forward.rows_times_weight, summed over the transposed weight, which a graph
   whose weights are inputs reads strided), where the committed table's summed along K;
-- cpp_wrapper: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), tried and not
-  taken: faster per call, but each graph compiles as one C++ unit (see core/engine.py);
-- frozen_gemm: today's compiled engine, weights frozen, the C++ GEMM template for every row count;
-- one_thread, serial_loops (only when named in --variants): frozen_gemm with inductor's cpp.threads = 1,
+- frozen_gemm: weights frozen, the C++ GEMM template for every row count, the graph's own code
+  between kernels in Python (the compiled engine until cpp_wrapper became its default);
+- cpp_wrapper: today's compiled engine, frozen_gemm with the graph's own code in C++ (inductor's
+  cpp_wrapper; see core/engine.py);
+- one_thread, serial_loops (only when named in --variants): today's engine with inductor's cpp.threads = 1,
   and with cpp.min_chunk_size = 65536 (small loops run serially), the threads-per-graph probes.
 Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
 compiled steps (reference) and as one graph (fused), and the fused target-only step beside them.
@@ -51,8 +52,8 @@ MODELS = {"ref_baseline": 256, "c1_dim128": 128, "c1_dim64": 64}
 VARIANTS = {
     "eager": ("eager", {}),
     "reductions": ("compiled", {"inductor_options": {}, "freeze_weights": False, "gemv_max_rows": 2}),
-    "cpp_wrapper": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": True}}),
-    "frozen_gemm": ("compiled", {}),
+    "cpp_wrapper": ("compiled", {}),
+    "frozen_gemm": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": False}}),
     # threads per graph, measured and not taken (README): each graph's kernels on one thread, and
     # loops too small to split kept serial
     "one_thread": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.threads": 1}}),

@@ -50,13 +50,17 @@ ENGINE_NAMES = ("eager", "compiled")
 # AMD EPYC (Zen 3, AVX2 only), ref_baseline's shape at position 255, median ms at 1/2/3/5/9 rows:
 # the previous form (reductions up to 2 rows, MKL GEMM beyond, weights not frozen)
 # 3.36/4.37/4.47/5.52/5.96, this one 2.52/2.42/2.54/3.12/4.70 (eager 7.23/6.56/7.19/8.54/8.24).
-# Not cpp_wrapper (the graph's own code between kernels as C++ instead of Python), though it is
-# faster per call: 2-core Xeon (AVX-512, AMX), 40 interleaved reps, median ms per forward, Python
-# wrapper against C++: ref_baseline 1 row 1.265 / 1.137, 5 rows 2.345 / 2.321; c1_dim64 1 row
-# 0.483 / 0.383, 5 rows 0.622 / 0.554; a fused c1_dim64 round of k = 4 2.75 / 2.56, the fused
-# target-only step 0.967 / 0.906. Each graph then compiles as one C++ unit, so no kernel object is
-# shared between graphs: tests/test_engine.py from a cold cache took 218 s against 117 s.
-DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP"}
+# The graph's own code between kernels runs as C++ (inductor's cpp_wrapper), not Python: a call then
+# skips the Python wrapper's buffer allocations and argument marshalling, which cost a tiny graph
+# as much as its kernels. Measured on the trained models of the full run (2-core AMD EPYC,
+# avx512_bf16, no AMX; 200 calls each, the two in processes back to back, median ms, context 60):
+# a c1_dim64 step 0.344 as a Python-wrapped call against 0.201, one more draft step inside a
+# round's graph 0.172 against 0.084; whole decodes (96 tokens, 8 prompts x seeds) target-only 0.540
+# against 0.471 ms per token, speculative c1_dim64 k = 1 0.73x against 0.82x of target-only, k = 6
+# 0.36x against 0.44x. Its price is compile time: each graph compiles as one C++ unit and shares no
+# kernel object with another graph (a fresh cache: the round of k = 6 53.6 s against 48.1, of k = 8
+# 71.6 against 55.9; the whole test suite cold 240 s against 204-226 s on the same EPYC).
+DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP", "cpp_wrapper": True}
 FREEZE_WEIGHTS = True
 
 
