@@ -59,7 +59,8 @@ VARIANTS = {
     "one_thread": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.threads": 1}}),
     "serial_loops": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.min_chunk_size": 65536}}),
 }
-TABLED_VARIANTS = ["eager", "reductions", "cpp_wrapper", "frozen_gemm"]  # the committed table's
+# the committed table's, today's engine last: the report quotes the last variant as the engine's
+TABLED_VARIANTS = ["eager", "reductions", "frozen_gemm", "cpp_wrapper"]
 
 
 def build_engine(variant: str):

@@ -236,8 +236,9 @@ def compiled_step_split(step) -> dict:
     """Where one profiled compiled step's wall time (split_step_ms) goes, in ms, inflated by the
     profiler's own cost per event: the Python before the compiled frame (our engine's call path and
     torch.compile's entry wrapper), dynamo's guard lookup, the compiled region's wrappers outside
-    the graph, the generated graph's Python between kernels (allocations, argument handling), and
-    the kernels themselves (OpenMP fork/join included). The five parts sum to split_step_ms."""
+    the graph, the generated graph's own code between kernels (allocations, argument handling; C++
+    under inductor's cpp_wrapper, Python without it), and the kernels themselves (OpenMP fork/join
+    included). The five parts sum to split_step_ms."""
     children = list(step.cpu_children)
     guards = [c for c in children if c.name.startswith(GUARD_LOOKUP)]
     regions = [c for c in children if c.name.startswith(COMPILED_REGION)]
