@@ -11,7 +11,7 @@ from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
 from inferlab.kvcache.roofline import best_rates, step_bound_ms
-from inferlab.speculative.summary import best_groups_by_engine, summarise, with_step_bounds
+from inferlab.speculative.summary import best_groups_by_engine, summarise, with_compile_seconds, with_step_bounds
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
@@ -37,6 +37,13 @@ bounds = {name: step_bound_ms(configs[name], meta["params"], int(position), 1, b
 verify_bounds = {int(k): step_bound_ms(configs[p.target], metas[p.target]["params"], int(position), int(k) + 1,
                                        bandwidth, flops) for k in summary["k"].unique()}
 summary = with_step_bounds(summary, bounds, p.target, verify_bounds)
+# each group job's compile time per engine, as its stamp recorded it
+compile_ms = {}
+for path in smk.input.runs:
+    group = read_table(path).iloc[0]
+    for engine_name, engine_stamp in read_provenance(path).get("engines", {}).items():
+        compile_ms[group["draft"], int(group["k"]), engine_name] = float(engine_stamp.get("compile_ms_total", 0.0))
+summary = with_compile_seconds(summary, compile_ms)
 contended = bool(runs.get("contended", False).any())
 summary["contended"] = contended
 best = best_groups_by_engine(summary)

@@ -28,7 +28,13 @@ from inferlab.report.milestones.common import FAIL, MISSING, PASS
 from inferlab.report.milestones.kvcache import check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2
-from inferlab.report.milestones.speculative import COMPILED_VERIFY_TARGET, COMPILED_WALL_TARGET, check_m3
+from inferlab.report.milestones.speculative import (
+    COMPILE_TARGET_S,
+    COMPILED_DRAFT_C_TARGET,
+    COMPILED_VERIFY_TARGET,
+    COMPILED_WALL_TARGET,
+    check_m3,
+)
 from inferlab.report.stamp_reader import stamp_lines
 from inferlab.review.runinfo import benchmark_table, classify_outputs
 from inferlab.sampling import aggregate as sampling_aggregate
@@ -183,6 +189,8 @@ SPEC_PREFILL_MS, BASELINE_PREFILL_MS = 10.0, 5.0  # each decode's prompt caching
 SPEC_STEP_BOUNDS = {"ref_baseline": 0.3, "c1_dim64": 0.03, "c1_dim128": 0.09}
 # ms: the target's (k+1)-token verification bound per k (compute-bound at k = 3)
 SPEC_VERIFY_BOUNDS = {1: 0.3, 3: 0.6}
+# s: each compiled group job's compile time, as its engine stamp records it (eager compiles nothing)
+SPEC_COMPILE_S = {("c1_dim64", 1): 60.0, ("c1_dim64", 3): 130.0, ("c1_dim128", 1): 70.0, ("c1_dim128", 3): 110.0}
 
 
 def spec_tables(all_identical: bool = True, contended: bool = False,
@@ -226,6 +234,9 @@ def spec_tables(all_identical: bool = True, contended: bool = False,
     summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
     summary = speculative_summary.with_step_bounds(summary, SPEC_STEP_BOUNDS, "ref_baseline", SPEC_VERIFY_BOUNDS)
+    compile_ms = {(draft, k, engine): 1e3 * SPEC_COMPILE_S[draft, k] if engine == "compiled" else 0.0
+                  for engine in SPEC_WALL for draft in DRAFTS for k in (1, 3)}
+    summary = speculative_summary.with_compile_seconds(summary, compile_ms)
     summary["contended"] = contended
     return {"spec_summary": summary, "spec_best": speculative_summary.best_groups_by_engine(summary),
             "spec_identity": pd.DataFrame(ident)}
@@ -508,6 +519,24 @@ def test_m3_holds_the_compiled_verification_to_its_target_and_names_where_the_ro
     assert "is not met at k = 3 (1.50), and an engine" in m.verdict_parts[2][1]
     assert m.evidence["engines"]["compiled"]["verify_target_unmet_k"] == [3]
     assert m.evidence["engines"]["compiled"]["verify_target_beyond_roofline_k"] == [3]
+
+
+def test_m3_holds_the_compiled_drafts_cost_and_each_jobs_compile_time_to_their_targets():
+    """The smallest draft (fewest parameters: c1_dim64) costs 0.09 of a target step as a call and 0.6 of
+    that inside a round's graph: met. The c1_dim64 k = 3 job compiled for 130 s: over the 120 s target."""
+    m = check_m3(full_data(), MACHINE)
+    compiled = m.verdict_parts[2][1]
+    assert (f"the draft-cost target (c by time at most {COMPILED_DRAFT_C_TARGET:.2f} for c1_dim64) is met "
+            "(c 0.09-0.09 as a call of its own, 0.05-0.05 inside a round's graph)") in compiled
+    assert (f"the compile-time target (at most {COMPILE_TARGET_S:.0f} s per group job) is not met "
+            "(longest c1_dim64 k=3, 130 s)") in compiled
+    ev = m.evidence["engines"]["compiled"]
+    assert ev["draft_c_target_met"] and not ev["compile_target_met"] and ev["compile_s_max"] == 130.0
+    assert "draft-cost target" not in m.verdict_parts[2][0]  # the targets are the compiled engine's
+    # the k = 3 jobs ran their target step twice as fast: c doubles there, above the target
+    slow = check_m3(full_data(**spec_tables(compiled_step_scale_by_k={3: 0.5})), MACHINE)
+    assert "is not met (c 0.09-0.18 as a call of its own" in slow.verdict_parts[2][1]
+    assert not slow.evidence["engines"]["compiled"]["draft_c_target_met"]
 
 
 def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():

@@ -34,6 +34,7 @@ from inferlab.speculative.summary import (
     expected_tokens_per_round,
     summarise,
     theoretical_speedup,
+    with_compile_seconds,
     with_step_bounds,
 )
 
@@ -413,6 +414,16 @@ def test_a_verifications_bound_grows_with_its_rows_once_its_arithmetic_outlasts_
     at_one_step = with_step_bounds(summary, {"t": 2.0, "d": 0.2}, "t", {1: 2.0, 4: 2.0})
     assert at_one_step["speedup_at_bound"].tolist() == pytest.approx(
         [theoretical_speedup(expected_tokens_per_round(0.6, k), k, 0.1) for k in (1, 4)])
+
+
+def test_each_groups_compile_time_comes_from_its_own_jobs_engine_stamp():
+    summary = pd.DataFrame([{"draft": d, "k": k, "engine": e} for d in ("a", "b") for k in (1, 4)
+                            for e in ("eager", "compiled")])
+    stamped = {("a", 1, "compiled"): 65_000.0, ("a", 4, "compiled"): 121_500.0, ("b", 1, "compiled"): 30_000.0,
+               ("a", 1, "eager"): 0.0, ("a", 4, "eager"): 0.0, ("b", 1, "eager"): 0.0}
+    rows = with_compile_seconds(summary, stamped).set_index(["draft", "k", "engine"])["compile_s"]
+    assert rows["a", 4, "compiled"] == 121.5 and rows["b", 1, "compiled"] == 30.0 and rows["a", 1, "eager"] == 0.0
+    assert math.isnan(rows["b", 4, "compiled"])  # a job whose stamp is missing is not taken as free
 
 
 def test_best_groups_puts_the_choice_first():

@@ -196,6 +196,14 @@ def with_marginal_draft_step(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts)
 
 
+def with_compile_seconds(summary: pd.DataFrame, compile_ms: dict[tuple[str, int, str], float]) -> pd.DataFrame:
+    """Each group job's compile time on its engine, in s (compile_s): everything that engine compiled in
+    the job (the rounds' graphs, the forwards it times, target-only sampling's step), as the job stamped
+    it. compile_ms maps (draft, k, engine) -> ms; a group the stamps do not name gets NaN."""
+    keys = zip(summary["draft"], summary["k"].astype(int), summary["engine"], strict=True)
+    return summary.assign(compile_s=[compile_ms.get(key, math.nan) / 1e3 for key in keys])
+
+
 BEST_CRITERIA = {
     "tokens_per_target_forward": "measured tokens per target forward (yield)",
     "speedup_theory_params": "E/(k c + 1), c = parameter ratio",

@@ -47,6 +47,10 @@ JOB_SPEED = ("job_speed_spread", "job_speeds_differ")
 COMPILED_WALL_TARGET = 1.2
 # ... and a (k+1)-token verification costs at most this many single steps, for every k up to VERIFY_TARGET_MAX_K.
 COMPILED_VERIFY_TARGET, VERIFY_TARGET_MAX_K = 1.3, 4
+# ... and the smallest draft's step costs at most this fraction of a target step (c by time), in every group,
+COMPILED_DRAFT_C_TARGET = 0.15
+# ... and no group job spends more than this compiling (its stamp's compile time, every graph it ran).
+COMPILE_TARGET_S = 120.0
 
 
 def _steps(k: int, in_one_graph: bool) -> str:
@@ -113,6 +117,27 @@ def _verify_target(rows: pd.DataFrame, bound_ratio_by_k: pd.Series) -> tuple[dic
     return ev, text
 
 
+def _draft_and_compile_targets(rows: pd.DataFrame) -> tuple[dict, str]:
+    """The compiled engine's two remaining targets: c by time of the smallest draft (fewest parameters) in
+    every group, as a call of its own and inside a round's graph, and each group job's compile time."""
+    smallest = rows.loc[rows["c_params"].astype(float).idxmin(), "draft"]
+    c_call = rows.loc[rows["draft"] == smallest, "c_time"].astype(float)
+    c_round = rows.loc[rows["draft"] == smallest, "c_time_in_round"].astype(float)
+    slowest = rows.loc[rows["compile_s"].astype(float).idxmax()]
+    ev = {"draft_c_target_met": bool(c_call.max() <= COMPILED_DRAFT_C_TARGET),
+          "draft_c_range": [float(c_call.min()), float(c_call.max())],
+          "compile_s_max": float(slowest["compile_s"]),
+          "compile_target_met": bool(slowest["compile_s"] <= COMPILE_TARGET_S)}
+    text = (f"; the draft-cost target (c by time at most {COMPILED_DRAFT_C_TARGET:.2f} for {smallest}) is "
+            + ("met" if ev["draft_c_target_met"] else "not met")
+            + f" (c {c_call.min():.2f}-{c_call.max():.2f} as a call of its own, "
+            f"{c_round.min():.2f}-{c_round.max():.2f} inside a round's graph)"
+            f"; the compile-time target (at most {COMPILE_TARGET_S:.0f} s per group job) is "
+            + ("met" if ev["compile_target_met"] else "not met")
+            + f" (longest {slowest['draft']} k={int(slowest['k'])}, {float(slowest['compile_s']):.0f} s)")
+    return ev, text
+
+
 def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
     match = summary[(summary["draft"] == draft) & (summary["k"] == k)]
     return match.iloc[0] if len(match) else None
@@ -162,6 +187,9 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
         target, clause = _verify_target(rows, pd.Series(roofline["verify_bound_ratio_by_k"]))
         ev.update(target)
         text += clause
+        targets, clause = _draft_and_compile_targets(rows)
+        ev.update(targets)
+        text += clause
     if ev["best_wall_speedup"] < 1.0:
         text += (f"; no group beats target-only on the wall clock (best {ev['best_wall_speedup']:.2f}x, "
                  f"{ev['best_wall_group']}: alpha {float(fastest['alpha']):.3f}, c {float(fastest['c_time']):.3f})")
@@ -191,7 +219,8 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M3", title, stamps)
     if absent is not None:
         return absent
-    summary = data.require("spec_summary", "draft", "k", "verify_cost_ratio", *ROUND_PARTS, *STEP_BOUNDS,
+    summary = data.require("spec_summary", "draft", "k", "verify_cost_ratio", "c_time_in_round", "compile_s",
+                           *ROUND_PARTS, *STEP_BOUNDS,
                            *JOB_SPEED, *SPEC_EVIDENCE.values())
     ident = data.require("spec_identity", "identical")
     best = data.require("spec_best", "criterion", "draft", "k", "reason")
