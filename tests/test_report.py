@@ -539,6 +539,26 @@ def test_m3_holds_the_compiled_drafts_cost_and_each_jobs_compile_time_to_their_t
     assert not slow.evidence["engines"]["compiled"]["draft_c_target_met"]
 
 
+def test_experiment_3_tables_the_compiled_engines_targets_from_m3s_evidence():
+    """One row a target: this run's figure, the roofline's, and M3's own verdict on it."""
+    from inferlab.report.assemble import build_document
+    from inferlab.report.milestones.checklist import check_all
+
+    data = full_data()
+    milestones = check_all(data)
+    doc = build_document(data, milestones, {"config_sha256": "x", "git_commit": "abc"})
+    caption = "The compiled engine against its targets"
+    (table,) = [b[1] for b in doc.blocks if b[0] == "table" and b[2].startswith(caption)]
+    assert table["verdict"].tolist() == ["met", "met", "met", "not met"]
+    ev = next(m for m in milestones if m.id == "M3").evidence["engines"]["compiled"]
+    assert table["measured"].tolist() == [
+        f"{ev['best_wall_speedup']:.2f}× ({ev['best_wall_group']})", "1.20/1.20 at k = 1/3",
+        "0.09–0.09 as a call, 0.05–0.05 inside a round", "60–130 s (longest c1_dim64 k=3)"]
+    # at the roofline: the best group at the bounds, the verification's bound, c1_dim64's step bound over the target's
+    assert table["at the roofline"].tolist()[1:3] == ["1.00/2.00 at k = 1/3", "0.10"]
+    assert table["at the roofline"].iloc[0] == f"{ev['speedup_at_bound']:.2f}× ({ev['speedup_at_bound_group']})"
+
+
 def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():
     assert "different machine speeds" not in check_m3(full_data(), MACHINE).verdict
     tables = spec_tables(compiled_step_scale_by_k={3: 2.0})

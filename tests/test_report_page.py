@@ -126,7 +126,7 @@ def test_body_tables_are_compact(report):
     shapes = driver.execute_script(
         f"return [...document.querySelectorAll('{EXPERIMENTS} .table-box table')]"
         ".map(t => [t.querySelectorAll('tbody tr').length, t.querySelectorAll('thead th').length])")
-    assert len(shapes) == 4
+    assert len(shapes) == 5  # one per experiment, and Experiment 3's compiled engine against its targets
     assert all(rows <= 12 and columns <= 8 for rows, columns in shapes), shapes
 
 
