@@ -16,7 +16,10 @@ from inferlab.speculative.summary import best_groups_by_engine, summarise, with_
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 p = smk.params
-runs = pd.concat([read_table(path) for path in smk.input.runs], ignore_index=True)
+# each group job's runs and stamp, read once
+group_runs = {path: read_table(path) for path in smk.input.runs}
+group_provs = {path: read_provenance(path) for path in smk.input.runs}
+runs = pd.concat(group_runs.values(), ignore_index=True)
 forward = pd.concat([read_table(path) for path in smk.input.forward], ignore_index=True)
 greedy = pd.concat([read_table(path) for path in smk.input.greedy], ignore_index=True)
 baseline = pd.concat([read_table(path) for path in smk.input.target_only], ignore_index=True)
@@ -38,22 +41,20 @@ verify_bounds = {int(k): step_bound_ms(configs[p.target], metas[p.target]["param
                                        bandwidth, flops) for k in summary["k"].unique()}
 summary = with_step_bounds(summary, bounds, p.target, verify_bounds)
 # each group job's compile time per engine, as its stamp recorded it
-compile_ms = {}
-for path in smk.input.runs:
-    group = read_table(path).iloc[0]
-    for engine_name, engine_stamp in read_provenance(path).get("engines", {}).items():
-        compile_ms[group["draft"], int(group["k"]), engine_name] = float(engine_stamp.get("compile_ms_total", 0.0))
+compile_ms = {(table["draft"].iloc[0], int(table["k"].iloc[0]), engine_name): float(stamp.get("compile_ms_total", 0.0))
+              for path, table in group_runs.items()
+              for engine_name, stamp in group_provs[path].get("engines", {}).items()}
 summary = with_compile_seconds(summary, compile_ms)
 contended = bool(runs.get("contended", False).any())
 summary["contended"] = contended
 best = best_groups_by_engine(summary)
-group_prov = read_provenance(smk.input.runs[0])
+group_prov = group_provs[smk.input.runs[0]]
 measured = {key: group_prov[key] for key in ("machine", "model", "repeats", "baseline")}
 provenance = carried_stamps(measured, model=model_stamp(metas[p.target], p.target),
                             drafts={name: model_stamp(metas[name], name) for name in p.drafts},
                             settings={k: v for k, v in group_prov.get("settings", {}).items() if k != "k"},
                             engines=group_prov.get("engines", {}), contended=contended,
-                            machines_per_group={path: read_provenance(path)["machine"] for path in smk.input.runs})
+                            machines_per_group={path: prov["machine"] for path, prov in group_provs.items()})
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(best, smk.output.best, provenance=provenance)
 write_table(greedy[["draft", "k", *(c for c in ("engine", "engine_used") if c in greedy.columns),
