@@ -293,16 +293,50 @@ def test_profile_splits_a_compiled_step_into_fixed_costs_and_kernels(one_layer):
     table = profile_cached_step(one_layer, sequence, 10, steps=3, device="cpu", top=5, engine=light)
     row = table.iloc[0]
     assert row["kernel_events"] == graph["kernel_launches"] + graph["aten_calls"]
-    assert row["kernel_ms"] > 0 and row["guard_ms"] > 0 and row["entry_ms"] > 0
+    # steps after the first call their graph straight: no guards, the wrappers outside any region
+    assert row["kernel_ms"] > 0 and row["wrapper_ms"] > 0 and row["entry_ms"] > 0 and row["guard_ms"] == 0
     assert sum(row[c] for c in STEP_SPLIT_PARTS) == pytest.approx(row["split_step_ms"])  # one step's parts
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        with torch.profiler.record_function(STEP_LABEL):
-            session.forward(sequence[:, 10:11], 10)
-    step = next(e for e in prof.events() if e.name == STEP_LABEL)
-    split = compiled_step_split(step)
-    assert sum(split[c] for c in STEP_SPLIT_PARTS) == pytest.approx(split["split_step_ms"]) == step.cpu_time_total / 1e3
+    new_bucket = context_bucket(10, one_layer.config.max_seq_len) + 1  # a step of a graph not yet compiled
+    for position, through_dynamo in ((10, False), (new_bucket, True)):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            with torch.profiler.record_function(STEP_LABEL):
+                session.forward(sequence[:, 10:11], position)
+        step = next(e for e in prof.events() if e.name == STEP_LABEL)
+        split = compiled_step_split(step)
+        assert (split["guard_ms"] > 0) == through_dynamo
+        assert sum(split[c] for c in STEP_SPLIT_PARTS) == pytest.approx(split["split_step_ms"]) \
+            == step.cpu_time_total / 1e3
     eager = profile_cached_step(one_layer, sequence, 10, steps=2, device="cpu", top=5)
     assert eager[list(STEP_SPLIT_COLUMNS)].isna().all().all()
+
+
+def _scaled_plus_weight(model: GPT, x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * scale + 2 * y + model.final_norm.weight.sum()
+
+
+def test_later_calls_run_their_graph_straight_only_where_dynamo_would_run_it(compiled, one_layer, monkeypatch):
+    """After a call through dynamo, a call of the same models and argument layout runs the captured
+    graph itself (core/direct_calls.py), with the right result; a changed value dynamo specializes on,
+    another shape or stride, or one tensor passed twice goes through dynamo again, never to a graph
+    compiled for something else."""
+    through_dynamo = []
+    call_through_dynamo = compiled._call_through_dynamo
+    monkeypatch.setattr(compiled, "_call_through_dynamo",
+                        lambda *a: through_dynamo.append(a[3]) or call_through_dynamo(*a))
+    weight_sum = one_layer.final_norm.weight.sum()
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    cases = [  # (x, y, scale, through dynamo)
+        (x, y, 2.0, True), (x + 1, y - 1, 2.0, False), (x, y, 3.0, True), (x, y, 3, True),
+        (torch.randn(3, 3), torch.randn(3, 3), 2.0, True), (torch.randn(3, 2).t(), y, 2.0, True), (x, x, 2.0, True),
+        (torch.randn(2, 3), torch.randn(2, 3), 2.0, False), (x.double(), y.double(), 2.0, True)]
+    straight_before = compiled.stamp()["graphs_called_straight"]
+    for a, b, scale, expect_dynamo in cases:
+        before = len(through_dynamo)
+        out = compiled.call(_scaled_plus_weight, (one_layer,), "scaled", a, b, scale)
+        assert (len(through_dynamo) > before) == expect_dynamo, (a.shape, a.stride(), a is b, scale)
+        torch.testing.assert_close(out, a * scale + 2 * b + weight_sum.to(a.dtype))
+    # every graph dynamo compiled here serves later calls straight, but the one for a tensor passed twice
+    assert compiled.stamp()["graphs_called_straight"] - straight_before == sum(e for *_, e in cases) - 1
 
 
 @pytest.mark.parametrize("change", ["edited in place", "replaced"])

@@ -876,4 +876,4 @@ def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
                               "compiled": {**ev, "length": 256, "ratio": 2.0}})
     assert ("profiled with an event per kernel (1.000 ms a step there, the profiler's own cost included), a step "
             "spends 50% of its time in its 31 kernels and library calls, 18% in the graph's code between them, 2% "
-            "in the compiled region's wrappers, 5% on guards and 25% in the Python before the compiled frame") in text
+            "in the wrappers around the graph, 5% on dynamo's guards and 25% in the Python before the wrappers") in text

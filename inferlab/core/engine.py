@@ -11,7 +11,9 @@
   length (the prefill) runs the same code eagerly, since each compile costs seconds. Each
   model's weights are frozen into its graphs, and ``CompiledEngine.call`` compiles any other
   function of models and tensors the same way: a whole speculative round, or a sampled step
-  (inferlab.speculative.fused).
+  (inferlab.speculative.fused). A call whose models and argument layout the engine has seen runs
+  the graph inductor compiled for it straight, without torch.compile's entry and dynamo's guards
+  (inferlab.core.direct_calls); any other goes through dynamo, which may compile.
 
 Both keep the rollback rule of ``inferlab.core.model.KVCache``: there is no stored length, the
 caller's positions say which prefix is valid, so a rejected speculation is overwritten later.
@@ -29,10 +31,13 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import torch
 
+from inferlab.core.compile_settings import engine_call_settings
+from inferlab.core.direct_calls import DirectCall, GraphCapture, split_arguments
 from inferlab.core.generated_code import count_kernels
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import GEMV_MAX_ROWS, context_bucket, full_forward, static_forward
@@ -120,41 +125,6 @@ class EagerEngine:
                 "engine_fallback_reason": self.engine_fallback_reason, "compile_ms_total": 0.0}
 
 
-# --------------------------------------------------------------------------- compile-time settings
-
-# Dynamo reads the global torch._inductor.config.freezing when it traces, and inductor reads it and
-# the post-grad pass (the weights key of core/graph_cache.py) when it compiles; a call that finds
-# its graph compiled reads neither. So a call only names the settings its compile would need, and
-# dynamo's compile callbacks apply them for the compile's duration and restore the caller's values.
-# Setting the two flags around every call instead cost 14 us a call (measured on the 2-core Xeon,
-# c1_dim64 step 0.181 against 0.167 ms): inductor's config setter is Python with dirty tracking.
-_call_settings: list[tuple[bool, WeightsKey | None]] = []  # the calls in progress, innermost last
-_settings_saved: list[tuple | None] = []  # per compile in progress: the caller's values, or None
-
-
-def _apply_call_settings(_args) -> None:
-    inductor_config = torch._inductor.config
-    if not _call_settings:  # a compile that is not the engine's (the uncached baseline, a user's)
-        _settings_saved.append(None)
-        return
-    _settings_saved.append((inductor_config.freezing, inductor_config.post_grad_custom_post_pass))
-    inductor_config.freezing, inductor_config.post_grad_custom_post_pass = _call_settings[-1]
-
-
-def _restore_caller_settings(_args) -> None:
-    saved = _settings_saved.pop() if _settings_saved else None
-    if saved is not None:
-        torch._inductor.config.freezing, torch._inductor.config.post_grad_custom_post_pass = saved
-
-
-def _register_compile_callbacks() -> None:
-    """Dynamo applies the innermost engine call's settings to each compile (registered once)."""
-    handler = torch._dynamo.callback_handler
-    if _apply_call_settings not in handler.start_callbacks:
-        handler.register_start_callback(_apply_call_settings)
-        handler.register_end_callback(_restore_caller_settings)
-
-
 # --------------------------------------------------------------------------- static forward
 
 def _eager_static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor, k_caches: list[torch.Tensor],
@@ -225,6 +195,8 @@ class CompiledEngine:
         self.compile_ms: dict[str, float] = {}
         self.kernels: dict[str, dict[str, int]] = {}
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
+        self._capture = GraphCapture(self.options)
+        self._direct: dict[tuple, list[DirectCall]] = {}  # (fn, models, layout) -> graphs called straight
         # each model's weights as its graphs froze them (versions and storage), to refuse stale ones,
         # and where its parameters live (walking model.parameters() on every call cost more than a step)
         self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
@@ -282,31 +254,44 @@ class CompiledEngine:
                              self.gemv_max_rows, context)
         return run
 
-    @torch.no_grad()
     def call(self, fn: Callable, models: tuple[GPT, ...], label: str, *args):
         """fn(*models, *args) compiled, with each model's weights frozen into its graphs.
 
-        Any call may compile: the first for a new (fn, models, shapes), and a later one whose
-        guards fail (an eager forward of the same model sets its cache attributes, which dynamo
-        guards). So every call names its freezing and weights key, which a compile applies (see
-        _apply_call_settings), and a call after which inductor has loaded
-        new generated code is timed into compile_ms[label] and its kernels into kernels[label].
+        A call whose arguments have a layout this engine has seen for (fn, models) calls that
+        graph straight (core/direct_calls.py). Any other goes through dynamo and may compile: the
+        first for a new (fn, models, shapes), and a later one whose guards fail (an eager forward of
+        the same model sets its cache attributes, which dynamo guards). So such a call names its
+        freezing and weights key, which a compile applies (core/compile_settings.py), and a call
+        after which inductor has loaded new generated code is timed into compile_ms[label] and its
+        kernels into kernels[label].
         """
         for model in models:
             self._check_weights(model)
-        weights_key = self._weights_key(models)
+        tensors, layout = split_arguments(args)
+        key = (fn, models, layout)
+        # without gradients, as they were compiled (a graph called with them on costs 0.05 ms more)
+        with torch.no_grad() if torch.is_grad_enabled() else nullcontext():
+            for direct in self._direct.get(key, ()):
+                if direct.serves(tensors):
+                    return direct(tensors)
+            result = self._call_through_dynamo(fn, models, label, args)
+        captured = self._capture.take()
+        if len(captured) == 1:
+            direct = DirectCall.from_capture(captured[0], tensors, result)
+            if direct is not None:
+                self._direct.setdefault(key, []).append(direct)
+        return result
+
+    def _call_through_dynamo(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple):
         compiled = self._functions.get(fn)
         if compiled is None:
             compiled = self._functions[fn] = torch.compile(fn, fullgraph=True, dynamic=False,
-                                                           options=self.options or None)
+                                                           backend=self._capture)
+        self._capture.take()  # what an earlier call that failed may have left
 
         def run():
-            _register_compile_callbacks()  # again: torch._dynamo.reset() drops every callback
-            _call_settings.append((self.freeze_weights, weights_key))
-            try:
+            with engine_call_settings(self.freeze_weights, self._weights_key(models)):
                 return compiled(*models, *args)
-            finally:
-                _call_settings.pop()
         return self._accounted(label, run)
 
     def _weights_key(self, models: tuple[GPT, ...]) -> WeightsKey | None:
@@ -356,6 +341,7 @@ class CompiledEngine:
                 "compile_ms": dict(self.compile_ms), "inductor_options": self.options,
                 "frozen_weights": self.freeze_weights, "graph_cache": self.graph_cache,
                 "gemv_max_rows": self.gemv_max_rows,
+                "graphs_called_straight": sum(len(graphs) for graphs in self._direct.values()),
                 "kernels": dict(self.kernels)}
 
 

@@ -10,9 +10,9 @@ Four pieces, each testable on its own:
   count of the ratio (`inferlab.kvcache.flops`);
 - a torch.profiler breakdown of one cached step into time inside operators and time
   outside them (`profile_cached_step`), and on the compiled engine where a step's fixed cost
-  goes: the Python before the compiled frame (ours and torch.compile's entry), dynamo's guards,
-  the compiled region's wrappers, the generated graph's own code, and its kernels
-  (`compiled_step_split`).
+  goes: the Python before the graph's wrappers (ours, and torch.compile's entry on a call through
+  dynamo), dynamo's guards, the wrappers around the graph, the generated graph's own code, and its
+  kernels (`compiled_step_split`).
 
 Passes and positions are counted as in `inferlab.kvcache.flops`'s docstring.
 """
@@ -221,10 +221,14 @@ def operator_share(events, label: str = STEP_LABEL) -> tuple[pd.DataFrame, pd.Da
 
 
 # The profiler's names for what a compiled call runs through (torch 2.13): dynamo's frame-cache lookup
-# (the guards), the compiled region, and in it the call of inductor's generated graph, whose children
-# are its kernels (C++ kernels appear only when compiled with cpp.enable_kernel_profile) and library ops.
+# (the guards), the compiled region, aot_autograd's runtime wrapper, and the call of inductor's
+# generated graph, whose children are its kernels (C++ kernels appear only when compiled with
+# cpp.enable_kernel_profile) and library ops. A call the engine makes straight to its graph
+# (core/direct_calls.py) has no guard lookup and no compiled region: its wrapper and graph call are
+# children of the step itself.
 GUARD_LOOKUP = "TorchDynamo Cache Lookup"
 COMPILED_REGION = "Torch-Compiled Region"
+AOT_WRAPPER = "AOTDispatcher Runtime Wrapper"
 GRAPH_CALL = "## Call CompiledFxGraph"
 
 
@@ -232,23 +236,30 @@ def _total_ms(events) -> float:
     return sum(event.cpu_time_total for event in events) / 1e3
 
 
+def _named(events, prefix: str) -> list:
+    return [event for event in events if event.name.startswith(prefix)]
+
+
 def compiled_step_split(step) -> dict:
     """Where one profiled compiled step's wall time (split_step_ms) goes, in ms, inflated by the
-    profiler's own cost per event: the Python before the compiled frame (our engine's call path and
-    torch.compile's entry wrapper), dynamo's guard lookup, the compiled region's wrappers outside
-    the graph, the generated graph's own code between kernels (allocations, argument handling; C++
-    under inductor's cpp_wrapper, Python without it), and the kernels themselves (OpenMP fork/join
-    included). The five parts sum to split_step_ms."""
+    profiler's own cost per event: the Python before the compiled graph's wrappers (our engine's call
+    path, and torch.compile's entry wrapper when the call goes through dynamo), dynamo's guard
+    lookup (none when the engine calls the graph straight), the wrappers outside the graph
+    (dynamo's compiled region, aot_autograd's), the generated graph's own code between kernels
+    (allocations, argument handling; C++ under inductor's cpp_wrapper, Python without it), and the
+    kernels themselves (OpenMP fork/join included). The five parts sum to split_step_ms."""
     children = list(step.cpu_children)
-    guards = [c for c in children if c.name.startswith(GUARD_LOOKUP)]
-    regions = [c for c in children if c.name.startswith(COMPILED_REGION)]
-    graphs = [g for region in regions for g in region.cpu_children if g.name.startswith(GRAPH_CALL)]
+    guards, regions = _named(children, GUARD_LOOKUP), _named(children, COMPILED_REGION)
+    straight_wrappers, straight_graphs = _named(children, AOT_WRAPPER), _named(children, GRAPH_CALL)
+    region_graphs = [g for region in regions for g in _named(region.cpu_children, GRAPH_CALL)]
+    graphs = region_graphs + straight_graphs
     if not graphs:
         raise ValueError(f"no compiled graph call ({GRAPH_CALL!r}) under the profiled step")
     kernels = [k for graph in graphs for k in graph.cpu_children]
-    return {"split_step_ms": step.cpu_time_total / 1e3,
-            "entry_ms": step.cpu_time_total / 1e3 - _total_ms(guards) - _total_ms(regions),
-            "guard_ms": _total_ms(guards), "wrapper_ms": _total_ms(regions) - _total_ms(graphs),
+    outside = _total_ms(guards) + _total_ms(regions) + _total_ms(straight_wrappers) + _total_ms(straight_graphs)
+    return {"split_step_ms": step.cpu_time_total / 1e3, "entry_ms": step.cpu_time_total / 1e3 - outside,
+            "guard_ms": _total_ms(guards),
+            "wrapper_ms": _total_ms(regions) - _total_ms(region_graphs) + _total_ms(straight_wrappers),
             "graph_code_ms": _total_ms(graphs) - _total_ms(kernels), "kernel_ms": _total_ms(kernels),
             "kernel_events": len(kernels)}
 
