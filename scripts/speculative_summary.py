@@ -40,11 +40,11 @@ bounds = {name: step_bound_ms(configs[name], meta["params"], int(position), 1, b
 verify_bounds = {int(k): step_bound_ms(configs[p.target], metas[p.target]["params"], int(position), int(k) + 1,
                                        bandwidth, flops) for k in summary["k"].unique()}
 summary = with_step_bounds(summary, bounds, p.target, verify_bounds)
-# each group job's compile time per engine, as its stamp recorded it
-compile_ms = {(table["draft"].iloc[0], int(table["k"].iloc[0]), engine_name): float(stamp.get("compile_ms_total", 0.0))
-              for path, table in group_runs.items()
-              for engine_name, stamp in group_provs[path].get("engines", {}).items()}
-summary = with_compile_seconds(summary, compile_ms)
+# each group job's compile time per engine, and its graphs compiled or loaded, as its stamp recorded them
+engine_stamps = {(table["draft"].iloc[0], int(table["k"].iloc[0]), engine_name): stamp
+                 for path, table in group_runs.items()
+                 for engine_name, stamp in group_provs[path].get("engines", {}).items()}
+summary = with_compile_seconds(summary, engine_stamps)
 contended = bool(runs.get("contended", False).any())
 summary["contended"] = contended
 best = best_groups_by_engine(summary)

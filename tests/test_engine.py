@@ -257,13 +257,10 @@ def test_frozen_graphs_are_cached_on_disk_under_their_weights():
     """A second engine compiling a copy of the same weights loads the graph from inductor's on-disk
     cache; a model of the same shape with other weights misses it and runs with its own weights
     (keyed by shape alone, inductor would hand it the first model's packed weights)."""
-    def lookups() -> tuple[int, int]:  # read afresh: torch may replace its counters between compiles
-        counters = torch._dynamo.utils.counters["inductor"]
-        return counters["fxgraph_cache_hit"], counters["fxgraph_cache_miss"]
-
     model = perturbed(tiny_gpt(32, 7), 0.5, torch.seed())  # weights no earlier test run has cached
     other = perturbed(model, 0.5, torch.seed())
     ids = torch.tensor([[5, 2, 8]])
+    lookups = engine_module._graph_cache_lookups
     engines = [make_engine("compiled", check=False) for _ in range(3)]
     assert all(engine.stamp()["graph_cache"] for engine in engines)
     outcomes = []
@@ -277,6 +274,9 @@ def test_frozen_graphs_are_cached_on_disk_under_their_weights():
         after = lookups()
         outcomes.append(("hit" if after[0] > before[0] else "") + ("miss" if after[1] > before[1] else ""))
     assert outcomes == ["miss", "hit", "miss"]
+    # each engine's stamp says which of its graphs came from the cache, so a compile time is never a load's
+    stamped = [(e.stamp()["graphs_compiled"], e.stamp()["graphs_from_cache"]) for e in engines]
+    assert stamped == [(1, 0), (0, 1), (1, 0)]
 
 
 def test_profile_splits_a_compiled_step_into_fixed_costs_and_kernels(one_layer):

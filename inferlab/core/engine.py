@@ -80,6 +80,12 @@ def _unique(label: str, taken: dict) -> str:
     return next(f"{label}#{i}" for i in range(2, len(taken) + 3) if f"{label}#{i}" not in taken)
 
 
+def _graph_cache_lookups() -> tuple[int, int]:
+    """Inductor's FX graph cache (hits, misses) so far, read afresh: torch may replace its counters."""
+    counters = torch._dynamo.utils.counters["inductor"]
+    return counters["fxgraph_cache_hit"], counters["fxgraph_cache_miss"]
+
+
 class EagerSession:
     """The baseline: GPT.forward with the model's own KV cache."""
 
@@ -194,6 +200,7 @@ class CompiledEngine:
         self._generated_code, self._graph_cache = PyCodeCache, graph_cache
         self.compile_ms: dict[str, float] = {}
         self.kernels: dict[str, dict[str, int]] = {}
+        self.graph_cache_loads: dict[str, dict[str, int]] = {}
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
         self._capture = GraphCapture(self.options)
         self._direct: dict[tuple, list[DirectCall]] = {}  # (fn, models, layout) -> graphs called straight
@@ -307,15 +314,19 @@ class CompiledEngine:
         return key
 
     def _accounted(self, label: str, run: Callable):
-        """run(), and when it compiled (inductor loaded new generated code) its time and kernels."""
+        """run(), and when it compiled (inductor loaded new generated code) its time, its kernels, and
+        how many of its graphs inductor compiled and how many it loaded from its on-disk cache: a
+        compile time is a compile's only when nothing came from the cache."""
         generated = self._generated_code
-        generated_before = len(generated.modules)
+        generated_before, cache_before = len(generated.modules), _graph_cache_lookups()
         start = time.perf_counter()
         out = run()
         if len(generated.modules) > generated_before:
             label = _unique(label, self.compile_ms)
             self.compile_ms[label] = (time.perf_counter() - start) * 1e3
             self.kernels[label] = count_kernels(generated.modules[generated_before:])
+            hits, misses = (after - before for after, before in zip(_graph_cache_lookups(), cache_before, strict=True))
+            self.graph_cache_loads[label] = {"from_cache": hits, "compiled": misses}
         return out
 
     def _check_weights(self, model: GPT) -> None:
@@ -338,7 +349,10 @@ class CompiledEngine:
     def stamp(self) -> dict:
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.compile_ms.values())),
-                "compile_ms": dict(self.compile_ms), "inductor_options": self.options,
+                "compile_ms": dict(self.compile_ms), "graph_cache_loads": dict(self.graph_cache_loads),
+                "graphs_from_cache": sum(loads["from_cache"] for loads in self.graph_cache_loads.values()),
+                "graphs_compiled": sum(loads["compiled"] for loads in self.graph_cache_loads.values()),
+                "inductor_options": self.options,
                 "frozen_weights": self.freeze_weights, "graph_cache": self.graph_cache,
                 "gemv_max_rows": self.gemv_max_rows,
                 "graphs_called_straight": sum(len(graphs) for graphs in self._direct.values()),
@@ -374,6 +388,7 @@ def make_engine(name: str, check: bool = True, **options) -> Engine:
             _smoke_compile(engine)
             engine.compile_ms.clear()
             engine.kernels.clear()
+            engine.graph_cache_loads.clear()
         return engine
     except Exception as error:  # any compiler/toolchain failure: record it, never hide it
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
