@@ -571,7 +571,8 @@ def test_experiment_3_tables_the_compiled_engines_targets_from_m3s_evidence():
     ev = next(m for m in milestones if m.id == "M3").evidence["engines"]["compiled"]
     assert table["measured"].tolist() == [
         f"{ev['best_wall_speedup']:.2f}× ({ev['best_wall_group']})", "1.20/1.20 at k = 1/3",
-        "0.09–0.09 as a call, 0.05–0.05 inside a round", "60–130 s (longest c1_dim64 k=3), 0 of 16 graphs from inductor's cache"]
+        "0.09–0.09 as a call, 0.05–0.05 inside a round",
+        "60–130 s (longest c1_dim64 k=3), 0 of 16 graphs from inductor's cache"]
     # at the roofline: the best group at the bounds, the verification's bound, c1_dim64's step bound over the target's
     assert table["at the roofline"].tolist()[1:3] == ["1.00/2.00 at k = 1/3", "0.10"]
     assert table["at the roofline"].iloc[0] == f"{ev['speedup_at_bound']:.2f}× ({ev['speedup_at_bound_group']})"
