@@ -329,6 +329,9 @@ def test_later_calls_run_their_graph_straight_only_where_dynamo_would_run_it(com
         (x, y, 2.0, True), (x + 1, y - 1, 2.0, False), (x, y, 3.0, True), (x, y, 3, True),
         (torch.randn(3, 3), torch.randn(3, 3), 2.0, True), (torch.randn(3, 2).t(), y, 2.0, True), (x, x, 2.0, True),
         (torch.randn(2, 3), torch.randn(2, 3), 2.0, False), (x.double(), y.double(), 2.0, True)]
+    taken = []
+    take = compiled._capture.take
+    monkeypatch.setattr(compiled._capture, "take", lambda: taken.extend(graphs := take()) or graphs)
     straight_before = compiled.stamp()["graphs_called_straight"]
     for a, b, scale, expect_dynamo in cases:
         before = len(through_dynamo)
@@ -337,6 +340,9 @@ def test_later_calls_run_their_graph_straight_only_where_dynamo_would_run_it(com
         torch.testing.assert_close(out, a * scale + 2 * b + weight_sum.to(a.dtype))
     # every graph dynamo compiled here serves later calls straight, but the one for a tensor passed twice
     assert compiled.stamp()["graphs_called_straight"] - straight_before == sum(e for *_, e in cases) - 1
+    # a graph reached through dynamo again (the tensor passed twice) holds none of its outputs
+    compiled.call(_scaled_plus_weight, (one_layer,), "scaled", x, x, 2.0)
+    assert taken and not any(graph.first_outputs for graph in taken)
 
 
 @pytest.mark.parametrize("change", ["edited in place", "replaced"])

@@ -103,8 +103,8 @@ class DirectCall:
         """The mapping, or None when an input is no argument tensor, a result no graph output, or
         one tensor is passed twice (dynamo guards that tensor arguments are distinct objects)."""
         tensor_index = {id(tensor): i for i, tensor in enumerate(tensors)}
-        outputs = graph.first_outputs or []
-        graph.first_outputs = None
+        # emptied, not reset to None: a later call through dynamo must not record (and hold) outputs again
+        outputs, graph.first_outputs = graph.first_outputs or [], []
         if len(tensor_index) < len(tensors) or any(i not in tensor_index for i in graph.input_ids):
             return None
         results = [result] if isinstance(result, torch.Tensor) else result

@@ -203,7 +203,8 @@ class CompiledEngine:
         self.graph_cache_loads: dict[str, dict[str, int]] = {}
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
         self._capture = GraphCapture(self.options)
-        self._direct: dict[tuple, list[DirectCall]] = {}  # (fn, models, layout) -> graphs called straight
+        # (fn, models, layout) -> graphs called straight; the key holds its models, so no model's id is reused
+        self._direct: dict[tuple, list[DirectCall]] = {}
         # each model's weights as its graphs froze them (versions and storage), to refuse stale ones,
         # and where its parameters live (walking model.parameters() on every call cost more than a step)
         self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
