@@ -22,8 +22,10 @@ did not reach inductor's C++ GEMM template shows 0 template kernels):
   whose weights are inputs reads strided), where the committed table's summed along K;
 - frozen_gemm: weights frozen, the C++ GEMM template for every row count, the graph's own code
   between kernels in Python (the compiled engine until cpp_wrapper became its default);
-- cpp_wrapper: today's compiled engine, frozen_gemm with the graph's own code in C++ (inductor's
-  cpp_wrapper; see core/engine.py);
+- through_dynamo: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), every call
+  through torch.compile's entry and dynamo's guards (the compiled engine until dbd0e56);
+- cpp_wrapper: today's compiled engine, through_dynamo but a call whose graph the engine has seen
+  runs it straight (core/direct_calls.py);
 - one_thread, serial_loops (only when named in --variants): today's engine with inductor's cpp.threads = 1,
   and with cpp.min_chunk_size = 65536 (small loops run serially), the threads-per-graph probes.
 Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
@@ -54,18 +56,29 @@ VARIANTS = {
     "reductions": ("compiled", {"inductor_options": {}, "freeze_weights": False, "gemv_max_rows": 2}),
     "cpp_wrapper": ("compiled", {}),
     "frozen_gemm": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": False}}),
+    "through_dynamo": ("compiled", {}),
     # threads per graph, measured and not taken (README): each graph's kernels on one thread, and
     # loops too small to split kept serial
     "one_thread": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.threads": 1}}),
     "serial_loops": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.min_chunk_size": 65536}}),
 }
 # the committed table's, today's engine last: the report quotes the last variant as the engine's
-TABLED_VARIANTS = ["eager", "reductions", "frozen_gemm", "cpp_wrapper"]
+TABLED_VARIANTS = ["eager", "reductions", "frozen_gemm", "through_dynamo", "cpp_wrapper"]
+
+
+class _KeepsNoDirectCalls(dict):
+    """The engine's table of graphs called straight, never filled: every call goes through dynamo."""
+
+    def setdefault(self, key, default=None):
+        return [] if default is None else default
 
 
 def build_engine(variant: str):
     name, options = VARIANTS[variant]
-    return make_engine(name, check=False, **options)
+    engine = make_engine(name, check=False, **options)
+    if variant == "through_dynamo":
+        engine._direct = _KeepsNoDirectCalls()
+    return engine
 
 
 def forward_table(models: dict[str, GPT], variants: list[str], rows: list[int], context: int,
