@@ -51,7 +51,9 @@ def test_the_tool_writes_one_row_per_model_rows_and_variant(bench_file):
 def test_the_note_quotes_the_table_with_its_own_stamp(bench_file):
     table, provenance = pd.read_parquet(bench_file), read_provenance(bench_file)
     note = engine_bench_note(table, provenance)
-    assert "outside this run" in note and "Test CPU (2 threads, git 0123456789" in note
+    assert "outside this run" in note and "Test CPU (2 threads, git 0123456789," in note
+    dirty = {**provenance, "machine": {**provenance["machine"], "git_dirty": True}}
+    assert "git 0123456789 with uncommitted changes," in engine_bench_note(table, dirty)
     one = table.loc[table["rows"] == 1, "median_ms"].iloc[0]
     three = table.loc[table["rows"] == 3, "median_ms"].iloc[0]
     quoted = [float(x) for x in re.findall(r"eager (\d+\.?\d*)", note)]

@@ -98,9 +98,11 @@ def engine_bench_note(bench: pd.DataFrame, provenance: dict) -> str:
     launches = rows.loc[(rows["rows"] == 1) & (rows["variant"] == latest), ["cpp_gemm_template", "kernel_launches"]]
     kernels = (f" ({cell_text(launches.iloc[0, 0])} of its {cell_text(launches.iloc[0, 1])} kernels the C++ GEMM "
                "template)" if len(launches) and pd.notna(launches.iloc[0, 1]) else "")
+    uncommitted = " with uncommitted changes" if machine.get("git_dirty") else ""
     return (f"Engine variants, measured outside this run by tools/bench_engine.py on "
             f"{machine.get('device_name', '?')} ({machine.get('torch_threads', '?')} threads, git "
-            f"{str(machine.get('git_commit', '?'))[:10]}, {provenance.get('measured_at', '?')}; "
+            f"{str(machine.get('git_commit', '?'))[:10]}{uncommitted}, "
+            f"{provenance.get('measured_at', '?')}; "
             f"{settings.get('reps', '?')} interleaved reps at position {settings.get('context', '?')}, "
             f"weights: {settings.get('weights', 'random')}): one cached forward of the {model} shape takes, in ms, "
             f"{one_row}; on {latest}{kernels}, {widest} rows cost "
