@@ -11,6 +11,7 @@ import time
 import pytest
 
 from inferlab.report.build import write_report
+from inferlab.report.page_html import LEGIBLE_SCALE
 from tests.test_report import MACHINE, _paths, full_data
 from tests.test_workbench import _driver
 
@@ -74,6 +75,19 @@ def test_no_element_makes_the_page_wider_than_the_window_at_1400_and_390(report)
     finally:
         driver.execute_script("var t = document.getElementById('loose'); if (t) t.remove();"
                               "document.querySelectorAll('details').forEach(d => d.open = false)")
+
+
+def test_figures_keep_legible_labels_at_390_and_scroll_sideways_instead(report):
+    driver, _ = report
+    _at_width(driver, 390)
+    shown = driver.execute_script(
+        "return [...document.querySelectorAll('figure img')].filter(i => !i.closest('details'))"
+        ".map(i => { const r = i.getBoundingClientRect(), f = i.parentElement;"
+        " return [r.width / i.naturalWidth, r.height / i.naturalHeight, f.scrollWidth > f.clientWidth]; })")
+    assert shown, "no figure in the body"
+    assert all(min(w, h) >= LEGIBLE_SCALE - 0.01 and abs(w - h) < 0.01 for w, h, _ in shown), shown
+    assert any(scrolls for *_, scrolls in shown), "no figure is wider than a phone: the test shows nothing"
+    assert not _too_wide(driver)
 
 
 def test_the_body_fits_in_about_eight_screens_at_1400(report):

@@ -18,6 +18,9 @@ from inferlab.report.stamp_reader import stamp_lines
 TEMPLATE = "report.html.j2"
 MAX_PAIRED_COLUMNS = 7  # a wider table keeps the full width: beside its findings it would scroll
 MAX_PAIRED_ASPECT = 3.0  # a wider figure (small multiples) keeps the full width instead of sitting beside text
+# A figure is never drawn below this fraction of its natural size: its 10 pt labels, saved at 110 dpi, stay
+# about 8 px tall. Narrower than that (a three-panel figure on a phone), it scrolls sideways like a table.
+LEGIBLE_SCALE = 0.55
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("inferlab.report", "templates"),
                           autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
@@ -40,15 +43,16 @@ def _milestone_view(m: Milestone) -> dict:
             "stamps": stamp_lines(m.stamps)}
 
 
-def png_aspect(png: bytes) -> float:
-    """Width / height of a PNG, from its IHDR chunk."""
-    width, height = struct.unpack(">II", png[16:24])
-    return width / height if height else 1.0
+def png_size(png: bytes) -> tuple[int, int]:
+    """Width and height of a PNG in pixels, from its IHDR chunk."""
+    return struct.unpack(">II", png[16:24])
 
 
 def _figure_view(doc: Document, stem: str, caption: str) -> dict:
     png = doc.figures[stem]
-    return {"stem": stem, "caption": caption, "aspect": png_aspect(png),
+    width, height = png_size(png)
+    return {"stem": stem, "caption": caption, "aspect": width / height if height else 1.0,
+            "min_width": round(LEGIBLE_SCALE * width),
             "src": f"data:image/png;base64,{base64.b64encode(png).decode()}"}
 
 
