@@ -188,9 +188,11 @@ class CompiledEngine:
     runs_fused_rounds = True  # decode loops hand a whole round (or a sampled step) to call()
 
     def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None,
-                 freeze_weights: bool = FREEZE_WEIGHTS, gemv_max_rows: int = GEMV_MAX_ROWS):
+                 freeze_weights: bool = FREEZE_WEIGHTS, gemv_max_rows: int = GEMV_MAX_ROWS,
+                 call_straight: bool = True):
         self.token_counts = set(token_counts)
         self.gemv_max_rows = gemv_max_rows
+        self.call_straight = call_straight  # False: every call through dynamo (what calling straight buys)
         self.options = dict(DEFAULT_INDUCTOR_OPTIONS if inductor_options is None else inductor_options)
         self.freeze_weights = freeze_weights
         # inductor's modules take 1.5 s to import, which every eager-only job would pay at start
@@ -236,7 +238,7 @@ class CompiledEngine:
         """A twin engine whose graphs record each kernel under torch.profiler (inductor's
         cpp.enable_kernel_profile): its own compiles, for profiling only."""
         return CompiledEngine(tuple(self.token_counts), {**self.options, "cpp.enable_kernel_profile": True},
-                              self.freeze_weights, self.gemv_max_rows)
+                              self.freeze_weights, self.gemv_max_rows, self.call_straight)
 
     def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> CompiledSession:
         # max_seq_len is ignored on purpose: the buffer always spans the whole context.
@@ -284,7 +286,7 @@ class CompiledEngine:
                     return direct(tensors)
             result = self._call_through_dynamo(fn, models, label, args)
         captured = self._capture.take()
-        if len(captured) == 1:
+        if len(captured) == 1 and self.call_straight:
             direct = DirectCall.from_capture(captured[0], tensors, result)
             if direct is not None:
                 self._direct.setdefault(key, []).append(direct)
@@ -355,7 +357,7 @@ class CompiledEngine:
                 "graphs_compiled": sum(loads["compiled"] for loads in self.graph_cache_loads.values()),
                 "inductor_options": self.options,
                 "frozen_weights": self.freeze_weights, "graph_cache": self.graph_cache,
-                "gemv_max_rows": self.gemv_max_rows,
+                "gemv_max_rows": self.gemv_max_rows, "call_straight": self.call_straight,
                 "graphs_called_straight": sum(len(graphs) for graphs in self._direct.values()),
                 "kernels": dict(self.kernels)}
 
