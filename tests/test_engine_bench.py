@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.tables import read_provenance, write_table
 from inferlab.report.assemble import build_document
 from inferlab.report.inputs import ReportInputError, ReportInputs, add_reference_table
@@ -79,3 +80,13 @@ def test_an_unreadable_bench_names_the_command_that_remakes_it(tmp_path):
     broken.write_text("not parquet")
     with pytest.raises(ReportInputError, match="remake it with tools/bench_engine.py --out"):
         add_reference_table(ReportInputs(), "engine_bench", str(broken), "tools/bench_engine.py --out x")
+
+
+def test_the_bench_compares_row_counts_over_one_attention_span():
+    """By default every row count starts where all of them attend over the same context bucket (from
+    position 255 a step would attend over 256 slots and every longer forward over 512), and it is the
+    latest such start."""
+    rows, max_seq_len = [1, 2, 3, 5, 9], 512
+    start = bench_module().one_bucket_context(rows, max_seq_len)
+    assert {context_bucket(start + n, max_seq_len) for n in rows} == {256}
+    assert len({context_bucket(start + 1 + n, max_seq_len) for n in rows}) == 2

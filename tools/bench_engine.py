@@ -1,6 +1,6 @@
 """Benchmark (not a test): ms per cached forward and per speculative round, eager against compiled variants.
 
-Usage: .venv/bin/python tools/bench_engine.py [--rows 1 2 3 5 9] [--reps 40] [--context 255]
+Usage: .venv/bin/python tools/bench_engine.py [--rows 1 2 3 5 9] [--reps 40] [--context 247]
                                               [--variants ...] [--ks 2 4] [--out table.parquet]
 
 --out writes the forward table as Parquet with its machine stamp and settings (the rounds
@@ -9,9 +9,12 @@ is what Experiment 1's section quotes and the report's appendix holds; rerun it 
 machine after an engine change.
 
 Random models of the lab's three shapes (ref_baseline d256, c1_dim128, c1_dim64; 4 layers,
-vocab 2112) are enough: a forward's time does not depend on the weights. Each forward runs at
-position `context` with the cache filled before it. Variants are interleaved rep by rep, so a
-busy neighbour slows all of them alike; quote same-run ratios, medians and minima.
+vocab 2112) are enough: a forward's time does not depend on the weights. Each forward runs after
+`context` cached positions. By default that is the latest start from which every row count writes inside
+the same context bucket (core/static_forward.context_bucket), so the row counts compare over one attention
+span: from 255, a step attends over 256 slots and every longer forward over 512. Variants are
+interleaved rep by rep, so a busy neighbour slows all of them alike; quote same-run ratios, medians
+and minima.
 
 Variants of the forward (the compiled ones record what inductor generated, so a variant that
 did not reach inductor's C++ GEMM template shows 0 template kernels):
@@ -46,6 +49,7 @@ import torch
 from inferlab.core.config import GPTConfig
 from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine
 from inferlab.core.model import GPT
+from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.tables import write_table
 from inferlab.speculative.decode import SamplingSettings, autoregressive_decode, speculative_decode
@@ -148,11 +152,18 @@ def round_table(models: dict[str, GPT], ks: list[int], reps: int, new_tokens: in
     return table
 
 
+def one_bucket_context(rows: list[int], max_seq_len: int) -> int:
+    """The latest start whose forwards of every row count attend over one context bucket: the
+    bucket a step ending at the middle of the context uses."""
+    return context_bucket(max_seq_len // 2, max_seq_len) - max(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 5, 9])
     parser.add_argument("--reps", type=int, default=40)
-    parser.add_argument("--context", type=int, default=255)
+    parser.add_argument("--context", type=int, help="cached positions before each forward (default: the latest "
+                        "from which every row count attends over one context bucket, 247 for up to 9 rows)")
     parser.add_argument("--variants", nargs="+", default=TABLED_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--ks", type=int, nargs="*", default=[2, 4])
@@ -163,6 +174,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models = {name: GPT(GPTConfig(d_model=MODELS[name], n_layer=4, vocab_size=2112)).eval() for name in MODELS}
+    max_seq_len = models["ref_baseline"].config.max_seq_len
+    if args.context is None:
+        args.context = one_bucket_context(args.rows, max_seq_len)
+    spans = sorted({context_bucket(args.context + n, max_seq_len) for n in args.rows})
+    if len(spans) > 1:
+        print(f"warning: from {args.context} the row counts attend over different spans {spans}: "
+              "their ratios mix rows with attention span")
     print(f"threads={torch.get_num_threads()} reps={args.reps} context={args.context}")
     forwards = forward_table({m: models[m] for m in args.models}, args.variants, args.rows, args.context, args.reps)
     rounds = round_table(models, args.ks, args.round_reps) if args.ks else pd.DataFrame()
@@ -170,6 +188,7 @@ def main() -> None:
         out = Path(args.out)
         provenance = {"machine": machine_stamp("cpu"), "measured_at": datetime.datetime.now(datetime.UTC).isoformat(
             timespec="seconds"), "settings": {"rows": args.rows, "reps": args.reps, "context": args.context,
+                                              "attention_spans": spans,
                                               "round_reps": args.round_reps, "ks": args.ks,
                                               "weights": "random, the lab's three shapes"}}
         write_table(forwards, out, provenance=provenance)

@@ -103,7 +103,7 @@ def engine_bench_note(bench: pd.DataFrame, provenance: dict) -> str:
             f"{machine.get('device_name', '?')} ({machine.get('torch_threads', '?')} threads, git "
             f"{str(machine.get('git_commit', '?'))[:10]}{uncommitted}, "
             f"{provenance.get('measured_at', '?')}; "
-            f"{settings.get('reps', '?')} interleaved reps at position {settings.get('context', '?')}, "
+            f"{settings.get('reps', '?')} interleaved reps after {settings.get('context', '?')} cached positions, "
             f"weights: {settings.get('weights', 'random')}): one cached forward of the {model} shape takes, in ms, "
             f"{one_row}; on {latest}{kernels}, {widest} rows cost "
             f"{median(widest, latest) / median(1, latest):.2f}× one row. "
