@@ -349,14 +349,17 @@ def test_an_engine_told_not_to_call_straight_sends_every_call_through_dynamo(one
     """call_straight=False (the engine bench's through_dynamo variant): a repeated call of one layout,
     which the default engine would run straight, goes through dynamo every time, and the stamp says so."""
     engine = make_engine("compiled", check=False, call_straight=False)
-    through_dynamo = []
-    call_through_dynamo = engine._call_through_dynamo
+    through_dynamo, taken = [], []
+    call_through_dynamo, take = engine._call_through_dynamo, engine._capture.take
     monkeypatch.setattr(engine, "_call_through_dynamo", lambda *a: through_dynamo.append(1) or call_through_dynamo(*a))
+    monkeypatch.setattr(engine._capture, "take", lambda: taken.extend(graphs := take()) or graphs)
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     for scale in (2.0, 2.0, 2.0):
         out = engine.call(_scaled_plus_weight, (one_layer,), "scaled", x, y, scale)
         torch.testing.assert_close(out, x * scale + 2 * y + one_layer.final_norm.weight.sum())
     assert len(through_dynamo) == 3
+    # no graph holds its outputs, though none is ever called straight (which would release them)
+    assert taken and all(graph.first_outputs == [] for graph in taken)
     assert engine.stamp()["call_straight"] is False and engine.stamp()["graphs_called_straight"] == 0
 
 

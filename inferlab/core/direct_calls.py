@@ -54,11 +54,12 @@ def split_arguments(args: tuple) -> tuple[list[torch.Tensor], tuple]:
 
 class CapturedGraph:
     """What inductor compiled for one dynamo frame, which dynamo calls in its place; keeps the
-    outputs of its first call, so the engine can tell which of them the function returned."""
+    outputs of its first call (when told to), so the engine can tell which of them the function
+    returned. An engine that never calls straight keeps none: nothing would ever release them."""
 
-    def __init__(self, compiled: Callable, input_ids: list[int]):
+    def __init__(self, compiled: Callable, input_ids: list[int], keep_first_outputs: bool = True):
         self.compiled, self.input_ids = compiled, input_ids
-        self.first_outputs: list | None = None
+        self.first_outputs: list | None = None if keep_first_outputs else []
 
     def __call__(self, *args):
         outputs = self.compiled(*args)
@@ -68,16 +69,17 @@ class CapturedGraph:
 
 
 class GraphCapture:
-    """A torch.compile backend: inductor's compile_fx with `options`, each graph it returns kept."""
+    """A torch.compile backend: inductor's compile_fx with `options`, each graph it returns kept
+    (with its first outputs only when `keep_first_outputs`: the engine calls graphs straight)."""
 
-    def __init__(self, options: dict):
-        self.options = options
+    def __init__(self, options: dict, keep_first_outputs: bool = True):
+        self.options, self.keep_first_outputs = options, keep_first_outputs
         self.captured: list[CapturedGraph] = []
 
     def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list) -> CapturedGraph:
         from torch._inductor.compile_fx import compile_fx
         compiled = compile_fx(graph_module, example_inputs, config_patches=dict(self.options))
-        graph = CapturedGraph(compiled, [id(example) for example in example_inputs])
+        graph = CapturedGraph(compiled, [id(example) for example in example_inputs], self.keep_first_outputs)
         self.captured.append(graph)
         return graph
 

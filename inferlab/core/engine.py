@@ -204,7 +204,7 @@ class CompiledEngine:
         self.kernels: dict[str, dict[str, int]] = {}
         self.graph_cache_loads: dict[str, dict[str, int]] = {}
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
-        self._capture = GraphCapture(self.options)
+        self._capture = GraphCapture(self.options, keep_first_outputs=call_straight)
         # (fn, models, layout) -> graphs called straight; the key holds its models, so no model's id is reused
         self._direct: dict[tuple, list[DirectCall]] = {}
         # each model's weights as its graphs froze them (versions and storage), to refuse stale ones,
