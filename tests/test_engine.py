@@ -142,7 +142,9 @@ def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
     with rejections and full accepts both exercised, and the stamp shows the round's graph and the
     C++ GEMM template in it (the kernels read from inductor's generated code)."""
     target, draft = pair
-    for prompt in ([3, 1, 4], [5, 0, 3, 8]):  # 16 tokens: every round in the first context bucket
+    # 16 tokens: every round in the first context bucket; 3-token prompts, whose 2-token prefill runs
+    # a graph the reference rounds above compiled already
+    for prompt in ([3, 1, 4], [5, 0, 3]):
         reference = generate(target, torch.tensor([prompt]), 16).new_tokens(len(prompt))[0].tolist()
         result = speculative_decode(target, draft, prompt, 16, 2, SamplingSettings(greedy=True), engine=compiled)
         assert result.new_tokens(len(prompt)) == reference
@@ -210,11 +212,12 @@ def test_fused_round_emits_the_targets_joint_distribution(compiled, pair):
     assert stat < chi_square_limit(df), (stat, df)
 
 
-def test_freezing_is_scoped_and_each_model_keeps_its_own_constants():
+def test_freezing_is_scoped_and_each_model_keeps_its_own_constants(one_layer):
     """Frozen weights are set only around a compiling call, and two models of one shape in one
-    process (both on one engine, and one again on a second engine) each run with their own weights."""
+    process (both on one engine, and one again on a second engine) each run with their own weights.
+    (The module's model, whose graph the disk cache may hold: only the other one costs a compile.)"""
     before = torch._inductor.config.freezing
-    model = tiny_gpt(32, 3)
+    model = one_layer
     other = copy.deepcopy(model)
     with torch.no_grad():
         for param in other.parameters():
@@ -231,7 +234,7 @@ def test_freezing_is_scoped_and_each_model_keeps_its_own_constants():
     assert first.stamp()["frozen_weights"] is True and len(first.compile_ms) == 2
 
 
-def test_the_engines_settings_reach_its_compiles_and_no_other():
+def test_the_engines_settings_reach_its_compiles_and_no_other(one_layer):
     """Freezing and the weights key are applied by dynamo's compile callbacks: an engine's compile
     gets them (its projections reach the C++ GEMM template, which needs frozen weights), even after
     something cleared the callbacks (torch._dynamo.reset() does), and a compile outside the engine,
@@ -245,7 +248,9 @@ def test_the_engines_settings_reach_its_compiles_and_no_other():
     before = torch._inductor.config.freezing
     torch._dynamo.callback_handler.clear()
     engine = make_engine("compiled", check=False)
-    session = engine.open(tiny_gpt(32, 5))
+    # the module's model: a graph loaded from the disk cache is one compiled with these settings too,
+    # as freezing and the weights key are part of inductor's cache key
+    session = engine.open(one_layer)
     session.forward(torch.tensor([[5, 2]]), 0)
     session.forward(torch.tensor([[8]]), 2)
     assert [count["cpp_gemm_template"] > 0 for count in engine.kernels.values()] == [True]
@@ -253,12 +258,13 @@ def test_the_engines_settings_reach_its_compiles_and_no_other():
     assert seen == [before] and torch._inductor.config.freezing == before
 
 
-def test_frozen_graphs_are_cached_on_disk_under_their_weights():
+def test_frozen_graphs_are_cached_on_disk_under_their_weights(one_layer):
     """A second engine compiling a copy of the same weights loads the graph from inductor's on-disk
     cache; a model of the same shape with other weights misses it and runs with its own weights
-    (keyed by shape alone, inductor would hand it the first model's packed weights)."""
-    model = perturbed(tiny_gpt(32, 7), 0.5, torch.seed())  # weights no earlier test run has cached
-    other = perturbed(model, 0.5, torch.seed())
+    (keyed by shape alone, inductor would hand it the first model's packed weights). The first
+    engine compiles the module's model, which an earlier test or run may have cached already."""
+    model = one_layer
+    other = perturbed(model, 0.5, torch.seed())  # weights no earlier test run has cached
     ids = torch.tensor([[5, 2, 8]])
     lookups = engine_module._graph_cache_lookups
     engines = [make_engine("compiled", check=False) for _ in range(3)]
@@ -273,10 +279,10 @@ def test_frozen_graphs_are_cached_on_disk_under_their_weights():
             torch.testing.assert_close(got, each(ids)[0, 2:], atol=1e-4, rtol=0)
         after = lookups()
         outcomes.append(("hit" if after[0] > before[0] else "") + ("miss" if after[1] > before[1] else ""))
-    assert outcomes == ["miss", "hit", "miss"]
+    assert outcomes[0] in ("hit", "miss") and outcomes[1:] == ["hit", "miss"]
     # each engine's stamp says which of its graphs came from the cache, so a compile time is never a load's
     stamped = [(e.stamp()["graphs_compiled"], e.stamp()["graphs_from_cache"]) for e in engines]
-    assert stamped == [(1, 0), (0, 1), (1, 0)]
+    assert stamped == [(outcomes[0] == "miss", outcomes[0] == "hit"), (0, 1), (1, 0)]
 
 
 def test_profile_splits_a_compiled_step_into_fixed_costs_and_kernels(one_layer):
