@@ -320,24 +320,28 @@ def _scaled_plus_weight(model: GPT, x: torch.Tensor, y: torch.Tensor, scale: flo
     return x * scale + 2 * y + model.final_norm.weight.sum()
 
 
+def _record_calls_and_captures(engine, monkeypatch) -> tuple[list[str], list]:
+    """(the label of each call the engine sends through dynamo, every graph its capture hands over)."""
+    through_dynamo, taken = [], []
+    call_through_dynamo, take = engine._call_through_dynamo, engine._capture.take
+    monkeypatch.setattr(engine, "_call_through_dynamo",
+                        lambda *a: through_dynamo.append(a[3]) or call_through_dynamo(*a))
+    monkeypatch.setattr(engine._capture, "take", lambda: taken.extend(graphs := take()) or graphs)
+    return through_dynamo, taken
+
+
 def test_later_calls_run_their_graph_straight_only_where_dynamo_would_run_it(compiled, one_layer, monkeypatch):
     """After a call through dynamo, a call of the same models and argument layout runs the captured
     graph itself (core/direct_calls.py), with the right result; a changed value dynamo specializes on,
     another shape or stride, or one tensor passed twice goes through dynamo again, never to a graph
     compiled for something else."""
-    through_dynamo = []
-    call_through_dynamo = compiled._call_through_dynamo
-    monkeypatch.setattr(compiled, "_call_through_dynamo",
-                        lambda *a: through_dynamo.append(a[3]) or call_through_dynamo(*a))
+    through_dynamo, taken = _record_calls_and_captures(compiled, monkeypatch)
     weight_sum = one_layer.final_norm.weight.sum()
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     cases = [  # (x, y, scale, through dynamo)
         (x, y, 2.0, True), (x + 1, y - 1, 2.0, False), (x, y, 3.0, True), (x, y, 3, True),
         (torch.randn(3, 3), torch.randn(3, 3), 2.0, True), (torch.randn(3, 2).t(), y, 2.0, True), (x, x, 2.0, True),
         (torch.randn(2, 3), torch.randn(2, 3), 2.0, False), (x.double(), y.double(), 2.0, True)]
-    taken = []
-    take = compiled._capture.take
-    monkeypatch.setattr(compiled._capture, "take", lambda: taken.extend(graphs := take()) or graphs)
     straight_before = compiled.stamp()["graphs_called_straight"]
     for a, b, scale, expect_dynamo in cases:
         before = len(through_dynamo)
@@ -355,10 +359,7 @@ def test_an_engine_told_not_to_call_straight_sends_every_call_through_dynamo(one
     """call_straight=False (the engine bench's through_dynamo variant): a repeated call of one layout,
     which the default engine would run straight, goes through dynamo every time, and the stamp says so."""
     engine = make_engine("compiled", check=False, call_straight=False)
-    through_dynamo, taken = [], []
-    call_through_dynamo, take = engine._call_through_dynamo, engine._capture.take
-    monkeypatch.setattr(engine, "_call_through_dynamo", lambda *a: through_dynamo.append(1) or call_through_dynamo(*a))
-    monkeypatch.setattr(engine._capture, "take", lambda: taken.extend(graphs := take()) or graphs)
+    through_dynamo, taken = _record_calls_and_captures(engine, monkeypatch)
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     for scale in (2.0, 2.0, 2.0):
         out = engine.call(_scaled_plus_weight, (one_layer,), "scaled", x, y, scale)
