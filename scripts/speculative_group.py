@@ -8,7 +8,7 @@ import pandas as pd
 
 from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.checkpoint_meta import model_stamp
-from inferlab.core.engine import make_engine
+from inferlab.core.engine import CompiledEngine, make_engine
 from inferlab.core.timing import BURST_IN_WORDS
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
@@ -18,11 +18,13 @@ from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
 from inferlab.speculative.bench import (
+    compile_decoders,
     encode_prompts,
     run_forward_timing,
     run_greedy_identity,
     run_group,
 )
+from inferlab.speculative.compile_ahead import forward_timing_compiled_beside
 from inferlab.speculative.decode import SamplingSettings
 
 smk = snakemake  # noqa: F821
@@ -41,6 +43,12 @@ engines = {}
 for name in p.engines:
     engine = make_engine(name)
     print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
+    if isinstance(engine, CompiledEngine):  # its graphs first, two at a time, before anything is timed
+        with forward_timing_compiled_beside(engine, {
+                "target_dir": str(Path(smk.input.target_meta).parent), "vocab_sha256": vocab.sha256(),
+                "draft_dir": str(Path(smk.input.draft_meta).parent), "context": context, "k": p.k,
+                "settings": vars(settings)}):
+            compile_decoders(target, draft, prompts[0], p.new_tokens, p.k, settings, engine)
     runs, target_only = run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps,
                                   progress_file=log, engine=engine)
     tables["runs"].append(runs)

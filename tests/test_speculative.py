@@ -422,13 +422,15 @@ def test_each_groups_compile_time_comes_from_its_own_jobs_engine_stamp():
     compiled = {("a", 1): (65_000.0, 4, 0), ("a", 4): (121_500.0, 3, 1), ("b", 1): (30_000.0, 0, 4)}
     stamped = {(d, k, "compiled"): {"compile_ms_total": ms, "graphs_compiled": n, "graphs_from_cache": cached}
                for (d, k), (ms, n, cached) in compiled.items()}
+    stamped[("a", 4, "compiled")]["graphs_compiled_beside"] = 2  # two of its three in a helper process
     stamped |= {(d, k, "eager"): {"compile_ms_total": 0.0} for d, k in compiled}
     table = with_compile_seconds(summary, stamped).set_index(["draft", "k", "engine"])
     rows = table["compile_s"]
     assert rows["a", 4, "compiled"] == 121.5 and rows["b", 1, "compiled"] == 30.0 and rows["a", 1, "eager"] == 0.0
     assert math.isnan(rows["b", 4, "compiled"])  # a job whose stamp is missing is not taken as free
     assert table.loc[("b", 1, "compiled"), ["graphs_compiled", "graphs_from_cache"]].tolist() == [0, 4]
-    assert table.loc[("a", 4, "compiled"), "graphs_from_cache"] == 1
+    assert table.loc[("a", 4, "compiled"), ["graphs_from_cache", "graphs_compiled_beside"]].tolist() == [1, 2]
+    assert math.isnan(table.loc[("b", 1, "compiled"), "graphs_compiled_beside"])  # a stamp from before the helper
     assert math.isnan(table.loc[("a", 1, "eager"), "graphs_from_cache"])  # eager compiles nothing to count
 
 

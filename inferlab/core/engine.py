@@ -203,6 +203,7 @@ class CompiledEngine:
         self.compile_ms: dict[str, float] = {}
         self.kernels: dict[str, dict[str, int]] = {}
         self.graph_cache_loads: dict[str, dict[str, int]] = {}
+        self.compiled_beside: dict[str, dict | None] = {}  # label -> another process's stamp (record_compiled_beside)
         self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
         self._capture = GraphCapture(self.options, keep_first_outputs=call_straight)
         # (fn, models, layout) -> graphs called straight; the key holds its models, so no model's id is reused
@@ -349,12 +350,31 @@ class CompiledEngine:
             raise RuntimeError("this model's weights changed after the compiled engine froze them into its "
                                "graphs; build a new engine (make_engine('compiled')) for the new weights")
 
+    def record_compiled_beside(self, label: str, helper_stamp: dict | None, wait_ms: float) -> None:
+        """Another process compiled graphs for this engine's later calls into inductor's on-disk cache
+        (inferlab.speculative.compile_ahead), while this one compiled others: the time this process
+        waited for it counts as compile time (compile_ms[label]), and its stamp (None if it failed)
+        is kept, so its compiles count as this engine's and the loads of what it compiled do not
+        count as graphs from earlier jobs."""
+        self.compile_ms[label] = wait_ms
+        self.compiled_beside[label] = helper_stamp
+
+    def _graph_counts(self) -> dict[str, int]:
+        """Graphs inductor compiled for this engine (here or beside it) and graphs it loaded that
+        earlier processes had compiled."""
+        compiled = sum(loads["compiled"] for loads in self.graph_cache_loads.values())
+        loaded = sum(loads["from_cache"] for loads in self.graph_cache_loads.values())
+        beside = [stamp for stamp in self.compiled_beside.values() if stamp]
+        compiled_beside = sum(stamp["graphs_compiled"] for stamp in beside)
+        loaded += sum(stamp["graphs_from_cache"] for stamp in beside) - compiled_beside
+        return {"graphs_from_cache": max(0, loaded), "graphs_compiled": compiled + compiled_beside,
+                "graphs_compiled_beside": compiled_beside}
+
     def stamp(self) -> dict:
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.compile_ms.values())),
                 "compile_ms": dict(self.compile_ms), "graph_cache_loads": dict(self.graph_cache_loads),
-                "graphs_from_cache": sum(loads["from_cache"] for loads in self.graph_cache_loads.values()),
-                "graphs_compiled": sum(loads["compiled"] for loads in self.graph_cache_loads.values()),
+                **self._graph_counts(), "compiled_beside": dict(self.compiled_beside),
                 "inductor_options": self.options,
                 "frozen_weights": self.freeze_weights, "graph_cache": self.graph_cache,
                 "gemv_max_rows": self.gemv_max_rows, "call_straight": self.call_straight,

@@ -72,6 +72,24 @@ def _target_only_run(target: GPT, prompt: dict, seed: int, new_tokens: int, sett
             "new_token_ids": tokens[0, len(prompt["ids"]):].tolist()}
 
 
+def _decoders(target: GPT, draft: GPT, new_tokens: int, k: int, settings: SamplingSettings,
+              engine: Engine) -> dict:
+    """The group's two decoders, each (prompt, seed) -> its run's row."""
+    return {
+        "speculative": partial(_speculative_run, target, draft, new_tokens=new_tokens, k=k, settings=settings,
+                               engine=engine),
+        "target_only": partial(_target_only_run, target, new_tokens=new_tokens, settings=settings, engine=engine),
+    }
+
+
+def compile_decoders(target: GPT, draft: GPT, prompt: dict, new_tokens: int, k: int, settings: SamplingSettings,
+                     engine: Engine) -> None:
+    """One untimed run of each decoder, as run_group starts with: on a compiled engine it compiles their
+    graphs (the round, the sampled step), so a caller can compile them before it times anything."""
+    for decode in _decoders(target, draft, new_tokens, k, settings, engine).values():
+        decode(prompt, 0)
+
+
 def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], new_tokens: int, k: int,
               settings: SamplingSettings, timing_reps: int, progress_file: TextIO | None = None,
               engine: Engine | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -89,13 +107,8 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
     and kernels (and compiles the steps of a compiled engine).
     """
     engine = engine or EagerEngine()
-    decoders = {
-        "speculative": partial(_speculative_run, target, draft, new_tokens=new_tokens, k=k, settings=settings,
-                               engine=engine),
-        "target_only": partial(_target_only_run, target, new_tokens=new_tokens, settings=settings, engine=engine),
-    }
-    for decode in decoders.values():
-        decode(prompts[0], 0)
+    compile_decoders(target, draft, prompts[0], new_tokens, k, settings, engine)
+    decoders = _decoders(target, draft, new_tokens, k, settings, engine)
     rows: dict[str, list[dict]] = {name: [] for name in decoders}
     pairs = [(rep, prompt, seed) for rep in range(timing_reps) for prompt in prompts for seed in seeds]
     bar = _bar(len(pairs), f"k={k}: speculative and target-only", progress_file)

@@ -199,7 +199,9 @@ def with_marginal_draft_step(summary: pd.DataFrame) -> pd.DataFrame:
 def with_compile_seconds(summary: pd.DataFrame, stamps: dict[tuple[str, int, str], dict]) -> pd.DataFrame:
     """Each group job's compile time on its engine, in s (compile_s): everything that engine compiled in
     the job (the rounds' graphs, the forwards it times, target-only sampling's step), as the job stamped
-    it; and how many of those graphs inductor compiled (graphs_compiled) and how many it loaded from its
+    it, with its wait for the helper process that compiled the forward timing's graphs beside its own
+    (inferlab.speculative.compile_ahead); how many of those graphs inductor compiled (graphs_compiled,
+    of them graphs_compiled_beside in the helper) and how many it loaded from what earlier jobs left in its
     on-disk cache (graphs_from_cache), which makes a compile time a load's. stamps maps (draft, k, engine)
     -> the engine's stamp; a group the stamps do not name gets NaN, not a free compile."""
     keys = list(zip(summary["draft"], summary["k"].astype(int), summary["engine"], strict=True))
@@ -207,7 +209,8 @@ def with_compile_seconds(summary: pd.DataFrame, stamps: dict[tuple[str, int, str
     def stamped(field: str, scale: float = 1.0) -> list[float]:
         return [float(stamps[key].get(field, math.nan)) * scale if key in stamps else math.nan for key in keys]
     return summary.assign(compile_s=stamped("compile_ms_total", 1e-3), graphs_compiled=stamped("graphs_compiled"),
-                          graphs_from_cache=stamped("graphs_from_cache"))
+                          graphs_from_cache=stamped("graphs_from_cache"),
+                          graphs_compiled_beside=stamped("graphs_compiled_beside"))
 
 
 BEST_CRITERIA = {

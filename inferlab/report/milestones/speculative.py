@@ -134,6 +134,9 @@ def _draft_and_compile_targets(rows: pd.DataFrame) -> tuple[dict, str]:
           "compile_longest_group": f"{slowest['draft']} k={int(slowest['k'])}"} | _compile_loads(rows)
     longest = (f"longest {ev['compile_longest_group']}, {ev['compile_s_max']:.0f} s; {ev['compile_graphs_from_cache']} "
                f"of {ev['compile_graphs']} graphs loaded from inductor's on-disk cache")
+    if ev["compile_graphs_beside"]:
+        longest += (f", {ev['compile_graphs_beside']} compiled in a helper process beside their job's decoders "
+                    "(the job's wait for it counted)")
     if ev["compile_jobs_all_loaded"]:  # loads, not compiles: the target is not judged on them
         ev["compile_target_met"] = None
         compile_text = (f"not judged in this run: {ev['compile_jobs_all_loaded']} group job(s) compiled nothing "
@@ -153,9 +156,11 @@ def _compile_loads(rows: pd.DataFrame) -> dict:
     """How many of the group jobs' graphs inductor compiled and how many it loaded from its on-disk cache,
     and how many jobs loaded every graph. Within one run later jobs load the graphs earlier ones compiled
     (the target's step, its verification), as on any machine; every job still compiles its own round.
+    A graph a helper process compiled beside its job (speculative/compile_ahead.py) counts as compiled.
     A job that compiled nothing ran on graphs a run before left in the cache: its time is a load's."""
     loaded, compiled = (int(rows[column].fillna(0).sum()) for column in ("graphs_from_cache", "graphs_compiled"))
-    return {"compile_graphs_from_cache": loaded, "compile_graphs": loaded + compiled,
+    beside = int(rows["graphs_compiled_beside"].fillna(0).sum()) if "graphs_compiled_beside" in rows else 0
+    return {"compile_graphs_from_cache": loaded, "compile_graphs": loaded + compiled, "compile_graphs_beside": beside,
             "compile_jobs_all_loaded": int((rows["graphs_compiled"] == 0).sum())}
 
 
