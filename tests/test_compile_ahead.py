@@ -52,6 +52,20 @@ def test_the_forward_timing_loads_every_graph_the_helper_compiled(tmp_path):
     assert stamp["graphs_from_cache"] == 0
 
 
+
+def test_each_graph_counts_once_whether_the_helper_compiled_it_or_loaded_it():
+    """The job loads every graph its helper compiled or loaded: the helper's compiles are the job's, its
+    loads of what earlier jobs compiled count once, as loads (here 2 compiled beside, 1 loaded beside,
+    and the job's own round compiled)."""
+    engine = _compiled_engine()
+    engine.graph_cache_loads = {"round": {"from_cache": 0, "compiled": 1},
+                                **{f"forward {i}": {"from_cache": 1, "compiled": 0} for i in range(3)}}
+    engine.record_compiled_beside(HELPER_LABEL, {"graphs_compiled": 2, "graphs_from_cache": 1}, 5.0)
+    stamp = engine.stamp()
+    assert (stamp["graphs_compiled"], stamp["graphs_compiled_beside"], stamp["graphs_from_cache"]) == (3, 2, 1)
+    assert stamp["compile_ms"] == {HELPER_LABEL: 5.0}
+
+
 def test_a_failed_helper_is_logged_and_leaves_the_job_to_compile_itself(tmp_path, caplog):
     engine = _compiled_engine()
     with caplog.at_level(logging.WARNING), forward_timing_compiled_beside(

@@ -360,14 +360,13 @@ class CompiledEngine:
         self.compiled_beside[label] = helper_stamp
 
     def _graph_counts(self) -> dict[str, int]:
-        """Graphs inductor compiled for this engine (here or beside it) and graphs it loaded that
-        earlier processes had compiled."""
+        """Graphs inductor compiled for this engine, here or beside it, and graphs it loaded that
+        earlier processes had compiled. Every graph the helper compiled or loaded is loaded here again
+        (so counted here); it is an earlier process's only when the helper did not compile it."""
         compiled = sum(loads["compiled"] for loads in self.graph_cache_loads.values())
         loaded = sum(loads["from_cache"] for loads in self.graph_cache_loads.values())
-        beside = [stamp for stamp in self.compiled_beside.values() if stamp]
-        compiled_beside = sum(stamp["graphs_compiled"] for stamp in beside)
-        loaded += sum(stamp["graphs_from_cache"] for stamp in beside) - compiled_beside
-        return {"graphs_from_cache": max(0, loaded), "graphs_compiled": compiled + compiled_beside,
+        compiled_beside = sum(stamp["graphs_compiled"] for stamp in self.compiled_beside.values() if stamp)
+        return {"graphs_from_cache": max(0, loaded - compiled_beside), "graphs_compiled": compiled + compiled_beside,
                 "graphs_compiled_beside": compiled_beside}
 
     def stamp(self) -> dict:
