@@ -19,6 +19,7 @@ import torch
 from inferlab.core import engine as engine_module
 from inferlab.core import generated_code
 from inferlab.core import static_forward as forward_module
+from inferlab.core.checkpoint import save_checkpoint
 from inferlab.core.engine import EagerEngine, make_engine
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
@@ -28,6 +29,8 @@ from inferlab.core.timing import timed_calls_ms
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
 from inferlab.kvcache.bench import STEP_LABEL, compiled_step_split, profile_cached_step, time_generation
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS, STEP_SPLIT_PARTS
+from inferlab.speculative.bench import run_forward_timing
+from inferlab.speculative.compile_ahead import HELPER_LABEL, forward_timing_compiled_beside
 from inferlab.speculative.decode import SamplingSettings, draft_half_call, speculative_decode
 from inferlab.speculative.fused import proposals_only, speculative_round
 from inferlab.speculative.summary import best_groups_by_engine
@@ -183,6 +186,28 @@ def test_a_rounds_draft_half_is_timed_as_the_round_runs_it(compiled, pair):
     with pytest.raises(ValueError, match="fused rounds"):
         with draft_half_call(draft, 6, k, SamplingSettings(), engine=EagerEngine()):
             pass
+
+
+def test_a_helper_process_finds_the_forward_timings_graphs_under_the_jobs_keys(compiled, pair, tmp_path):
+    """A group job's helper (speculative/compile_ahead.py) rebuilds the job's models from their checkpoints
+    and its engine from the job's options and thread count, so its graphs are the job's: the forward timing's
+    graphs this process compiled (or an earlier test did), it loads from inductor's on-disk cache, compiling
+    none. (So what it compiles on a cold cache, the job loads; the full run's stamps count those.)"""
+    target, draft = pair
+    for name, model in (("target", target), ("draft", draft)):
+        save_checkpoint(model, {"name": name, "val_loss": 0.0}, tmp_path / name)
+    k, context = 2, 6
+    run_forward_timing(target, draft, context, k, reps=0, engine=compiled, settings=SamplingSettings())
+    job = make_engine("compiled", check=False)  # the job's engine: `compiled`'s options, nothing compiled
+    request = {"target_dir": str(tmp_path / "target"), "draft_dir": str(tmp_path / "draft"), "vocab_sha256": None,
+               "context": context, "k": k, "settings": vars(SamplingSettings())}
+    with forward_timing_compiled_beside(job, request):
+        pass
+    helper = job.compiled_beside[HELPER_LABEL]
+    assert helper is not None, "the helper failed (its log is on this test's stderr)"
+    # each model's step, the 3-row verification and the draft half
+    assert (helper["graphs_from_cache"], helper["graphs_compiled"]) == (4, 0), helper["graph_cache_loads"]
+    assert any(label.startswith("draft_half:") for label in helper["graph_cache_loads"])
 
 
 def test_fused_round_refuses_a_draft_with_another_context(pair):
