@@ -5,9 +5,11 @@ thread count) is tested in tests/test_engine.py, on graphs that module compiles 
 
 from __future__ import annotations
 
+import inspect
+import json
 import logging
 
-from inferlab.core.engine import make_engine
+from inferlab.core.engine import CompiledEngine, make_engine
 from inferlab.speculative.compile_ahead import HELPER_LABEL, forward_timing_compiled_beside
 
 
@@ -33,3 +35,17 @@ def test_a_failed_helper_is_logged_and_leaves_the_job_to_compile_itself(tmp_path
     assert "the job compiles them itself" in caplog.text
     assert engine.compiled_beside == {HELPER_LABEL: None}
     assert engine.stamp()["graphs_compiled_beside"] == 0 and HELPER_LABEL in engine.compile_ms
+
+
+def test_the_helpers_engine_is_rebuilt_from_every_argument_of_the_jobs_engine():
+    """The helper gets the job's engine as constructor_options() (through JSON): every argument of
+    CompiledEngine, so an option added to the engine cannot be missed by the helper (which would then
+    compile under other cache keys) or by the profiling twin."""
+    job = make_engine("compiled", check=False, token_counts=(1, 3), gemv_max_rows=2, call_straight=False,
+                      freeze_weights=False, inductor_options={"max_autotune": False, "cpp_wrapper": True})
+    options = job.constructor_options()
+    assert set(options) == set(inspect.signature(CompiledEngine.__init__).parameters) - {"self"}
+    helper = make_engine("compiled", check=False, **json.loads(json.dumps(options)))
+    assert helper.constructor_options() == options
+    twin = job.with_kernel_events().constructor_options()
+    assert twin == options | {"inductor_options": options["inductor_options"] | {"cpp.enable_kernel_profile": True}}

@@ -235,11 +235,19 @@ class CompiledEngine:
     def engine_used(self) -> str:
         return self.name
 
+    def constructor_options(self) -> dict:
+        """The arguments that build this engine again (JSON-ready): what a twin engine, or another
+        process's engine that must compile under the same cache keys, is made from."""
+        return {"token_counts": sorted(self.token_counts), "inductor_options": dict(self.options),
+                "freeze_weights": self.freeze_weights, "gemv_max_rows": self.gemv_max_rows,
+                "call_straight": self.call_straight}
+
     def with_kernel_events(self) -> CompiledEngine:
         """A twin engine whose graphs record each kernel under torch.profiler (inductor's
         cpp.enable_kernel_profile): its own compiles, for profiling only."""
-        return CompiledEngine(tuple(self.token_counts), {**self.options, "cpp.enable_kernel_profile": True},
-                              self.freeze_weights, self.gemv_max_rows, self.call_straight)
+        options = self.constructor_options()
+        return CompiledEngine(**options | {"inductor_options": options["inductor_options"]
+                                           | {"cpp.enable_kernel_profile": True}})
 
     def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> CompiledSession:
         # max_seq_len is ignored on purpose: the buffer always spans the whole context.

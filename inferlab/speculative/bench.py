@@ -82,12 +82,18 @@ def _decoders(target: GPT, draft: GPT, new_tokens: int, k: int, settings: Sampli
     }
 
 
+def _run_each_once(decoders: dict, prompt: dict) -> None:
+    """One untimed run of each decoder: on a compiled engine it compiles their graphs (the round, the
+    sampled step); on any engine it warms the allocator and kernels."""
+    for decode in decoders.values():
+        decode(prompt, 0)
+
+
 def compile_decoders(target: GPT, draft: GPT, prompt: dict, new_tokens: int, k: int, settings: SamplingSettings,
                      engine: Engine) -> None:
-    """One untimed run of each decoder, as run_group starts with: on a compiled engine it compiles their
-    graphs (the round, the sampled step), so a caller can compile them before it times anything."""
-    for decode in _decoders(target, draft, new_tokens, k, settings, engine).values():
-        decode(prompt, 0)
+    """The untimed run of each decoder that run_group starts with, so a caller can compile their graphs
+    before it times anything."""
+    _run_each_once(_decoders(target, draft, new_tokens, k, settings, engine), prompt)
 
 
 def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], new_tokens: int, k: int,
@@ -107,8 +113,8 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
     and kernels (and compiles the steps of a compiled engine).
     """
     engine = engine or EagerEngine()
-    compile_decoders(target, draft, prompts[0], new_tokens, k, settings, engine)
     decoders = _decoders(target, draft, new_tokens, k, settings, engine)
+    _run_each_once(decoders, prompts[0])
     rows: dict[str, list[dict]] = {name: [] for name in decoders}
     pairs = [(rep, prompt, seed) for rep in range(timing_reps) for prompt in prompts for seed in seeds]
     bar = _bar(len(pairs), f"k={k}: speculative and target-only", progress_file)

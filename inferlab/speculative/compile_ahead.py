@@ -58,9 +58,7 @@ def forward_timing_compiled_beside(engine: CompiledEngine, request: dict):
     timing will use them; the engine's options and this process's thread count are added) into the
     on-disk cache. On exit the caller waits for it; the wait counts as the
     engine's compile time, and the helper's compiles are recorded in the engine's stamp."""
-    engine_options = {"inductor_options": engine.options, "freeze_weights": engine.freeze_weights,
-                      "gemv_max_rows": engine.gemv_max_rows, "call_straight": engine.call_straight}
-    request = request | {"threads": torch.get_num_threads(), "engine_options": engine_options}
+    request = request | {"threads": torch.get_num_threads(), "engine_options": engine.constructor_options()}
     with tempfile.TemporaryDirectory(prefix="inferlab-compile-") as scratch:
         stamp_path = Path(scratch) / "stamp.json"
         root = str(Path(inferlab.__file__).resolve().parent.parent)  # this checkout's inferlab, first
