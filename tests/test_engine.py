@@ -20,7 +20,7 @@ from inferlab.core import engine as engine_module
 from inferlab.core import generated_code
 from inferlab.core import static_forward as forward_module
 from inferlab.core.checkpoint import save_checkpoint
-from inferlab.core.engine import EagerEngine, make_engine
+from inferlab.core.engine import EagerEngine, make_engine, model_label
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
@@ -160,6 +160,11 @@ def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
     rounds = [label for label in kernels if label.startswith("round:") and ":k2:" in label]
     assert rounds, f"no fused round was compiled: {sorted(kernels)}"
     assert kernels[rounds[0]]["kernel_launches"] > 0 and kernels[rounds[0]]["cpp_gemm_template"] > 0
+    # at k = 2 the draft's forwards go through the template too (fused.draft_gemv_max_rows): the round has
+    # more template GEMMs than the target's 3-row verification alone (compiled by the forward test above)
+    verification = kernels.get(f"{model_label(target)}:T3:B1:S24")
+    if verification is not None:
+        assert kernels[rounds[0]]["cpp_gemm_template"] > verification["cpp_gemm_template"]
     assert not any(label.startswith("d64xL1:") for label in kernels), "the smoke compile's toy is not stamped"
 
 

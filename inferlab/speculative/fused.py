@@ -28,13 +28,22 @@ from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.static_forward import static_forward
 
-# The draft's forwards (2 rows, then 1) run as reductions rather than the C++ GEMM template: a
-# draft's weights fit in cache, so the template buys little there, and each of its kernels is
-# a large C++ function to compile, k times over in an unrolled round. Measured (2-core EPYC,
-# random weights, c1_dim64 under ref_baseline, k = 3, 15 interleaved reps): a round took 4.58 ms
-# with the template against 4.74 as reductions (then summed along K, before rows_times_weight took the
-# transposed weight), and its compile 71 s against 63.
-DRAFT_GEMV_MAX_ROWS = 2
+# The draft's forwards (2 rows, then 1 each step) run through the C++ GEMM template over its frozen
+# weights in a round of k <= TEMPLATE_DRAFT_MAX_K, and as reductions (static_forward.rows_times_weight)
+# beyond: the template's rounds run faster, but each draft step's template kernels are C++ of their
+# own, so its compile time grows about twice as fast with k. Measured on the full run's trained models
+# (2-core AMD EPYC, avx512_bf16; the two forms in one process, 25 x 20 interleaved rounds, median ms,
+# reductions against template): c1_dim128 k = 1 0.939 / 0.635, k = 2 1.200 / 0.938, k = 4 1.721 / 1.536;
+# c1_dim64 0.619 / 0.504, 0.732 / 0.687, 1.117 / 1.146 (a target step 0.329); a round of k = 4 compiled
+# in 26-29 s as reductions against 65 s through the template (fresh cache). Template for the 2-row
+# forward only (reductions for the 1-row steps) was no faster than reductions at k = 2 and 4.
+TEMPLATE_DRAFT_MAX_K = 2
+REDUCTION_ROWS = 2  # gemv_max_rows that makes both of a draft's row counts reductions
+
+
+def draft_gemv_max_rows(k: int) -> int:
+    """static_forward's gemv_max_rows for the draft's forwards in a round of k draft steps."""
+    return 0 if k <= TEMPLATE_DRAFT_MAX_K else REDUCTION_ROWS
 
 
 def inverse_cdf_draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -77,7 +86,7 @@ def draft_proposals(draft: GPT, draft_caches: tuple[list, list], last_two: torch
     tokens_in, positions = last_two, n - 2 + torch.arange(2)
     drafts, draft_probs = [], []
     for i in range(k):
-        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=DRAFT_GEMV_MAX_ROWS,
+        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=draft_gemv_max_rows(k),
                                 context=context)[0, -1]
         q = logits_to_probs(logits, temperature=temperature, top_p=top_p)
         token = torch.where(greedy, logits.argmax(-1), inverse_cdf_draw(q, uniforms[i]))
