@@ -31,9 +31,10 @@ smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
 p = smk.params
 vocab = load_vocabulary(smk.input.vocab)
+vocab_sha256 = vocab.sha256()
 target_dir, draft_dir = Path(smk.input.target_meta).parent, Path(smk.input.draft_meta).parent
-target, target_meta = load_checkpoint(target_dir, expected_vocab_sha256=vocab.sha256())
-draft, draft_meta = load_checkpoint(draft_dir, expected_vocab_sha256=vocab.sha256())
+target, target_meta = load_checkpoint(target_dir, expected_vocab_sha256=vocab_sha256)
+draft, draft_meta = load_checkpoint(draft_dir, expected_vocab_sha256=vocab_sha256)
 prompts = encode_prompts(vocab, p.prompts)
 settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
 context = max(len(x["ids"]) for x in prompts) + p.new_tokens // 2
@@ -46,7 +47,7 @@ for name in p.engines:
     print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
     if isinstance(engine, CompiledEngine):  # its graphs first, two at a time, before anything is timed
         with forward_timing_compiled_beside(engine, {
-                "target_dir": str(target_dir), "vocab_sha256": vocab.sha256(), "draft_dir": str(draft_dir),
+                "target_dir": str(target_dir), "vocab_sha256": vocab_sha256, "draft_dir": str(draft_dir),
                 "context": context, "k": p.k,
                 "settings": vars(settings)}):
             compile_decoders(target, draft, prompts[0], p.new_tokens, p.k, settings, engine)

@@ -32,7 +32,7 @@ from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS, STEP_SPLIT_PARTS
 from inferlab.speculative.bench import run_forward_timing
 from inferlab.speculative.compile_ahead import HELPER_LABEL, forward_timing_compiled_beside
 from inferlab.speculative.decode import SamplingSettings, draft_half_call, speculative_decode
-from inferlab.speculative.fused import proposals_only, speculative_round
+from inferlab.speculative.fused import draft_forward_form, proposals_only, speculative_round
 from inferlab.speculative.summary import best_groups_by_engine
 from tests.test_speculative import chi_square, chi_square_limit, perturbed, tiny_gpt
 
@@ -208,7 +208,11 @@ def test_a_helper_process_finds_the_forward_timings_graphs_under_the_jobs_keys(c
     for name, model in (("target", target), ("draft", draft)):
         save_checkpoint(model, {"name": name, "val_loss": 0.0}, tmp_path / name)
     k, context = 2, 6
-    run_forward_timing(target, draft, context, k, reps=0, engine=compiled, settings=SamplingSettings())
+    table = run_forward_timing(target, draft, context, k, reps=1, engine=compiled, settings=SamplingSettings())
+    # the draft half's row names the form of its projections (k = 2: template GEMMs), the others none
+    forms = table.set_index("role")["draft_form"]
+    assert forms["draft_half"] == draft_forward_form(k) == "template GEMMs"
+    assert forms.drop("draft_half").isna().all()
     job = make_engine("compiled", check=False)  # the job's engine: `compiled`'s options, nothing compiled
     request = {"target_dir": str(tmp_path / "target"), "draft_dir": str(tmp_path / "draft"), "vocab_sha256": None,
                "context": context, "k": k, "settings": vars(SamplingSettings())}

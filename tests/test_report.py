@@ -195,12 +195,15 @@ SPEC_COMPILE_S = {("c1_dim64", 1): 60.0, ("c1_dim64", 3): 130.0, ("c1_dim128", 1
 
 def spec_tables(all_identical: bool = True, contended: bool = False,
                 compiled_step_scale_by_k: dict[int, float] | None = None,
-                graphs_from_cache: int = 0, graphs_compiled_beside: int = 0) -> dict[str, pd.DataFrame]:
+                graphs_from_cache: int = 0, graphs_compiled_beside: int = 0,
+                draft_forms: dict[int, str] | None = None) -> dict[str, pd.DataFrame]:
     """speculative_summary.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
     over run counters written as the group jobs write them. compiled_step_scale_by_k: the machine's
     slowdown in the compiled engine's group jobs of that k (their own target step scales with it).
     graphs_from_cache: how many of each compiled job's four graphs inductor loaded from its cache;
-    graphs_compiled_beside: how many of the others a helper process compiled beside the job."""
+    graphs_compiled_beside: how many of the others a helper process compiled beside the job.
+    draft_forms: k -> the form of the compiled rounds' draft projections (the same for both k unless told)."""
+    draft_forms = draft_forms or {1: "template GEMMs", 3: "template GEMMs"}
     runs, forward, ident, baseline = [], [], [], []
     for engine, scale in SPEC_WALL.items():
         cols = _engine_cols(engine)
@@ -226,7 +229,7 @@ def spec_tables(all_identical: bool = True, contended: bool = False,
                              "forward_ms": cost}]
                 if engine == "compiled":  # its rounds are one graph: the drafts are timed as one call
                     forward.append({**cols, "draft": draft, "k": k, "role": "draft_half", "tokens_per_forward": k,
-                                    "forward_ms": 0.6 * k * cost})
+                                    "forward_ms": 0.6 * k * cost, "draft_form": draft_forms[k]})
                 ident += [{**cols, "draft": draft, "k": k, "prompt_index": p,
                            "identical": all_identical or not (k == 3 and p == 1 and engine == "eager")}
                           for p in (0, 1)]
@@ -499,7 +502,8 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     marginal = rows.loc[rows["draft"] == fastest["draft"], "draft_step_marginal_ms"]
     assert marginal.tolist() == pytest.approx([0.6 * cost] * 2)
     assert (f"inside a round's graph, where no draft step is a call of its own, each further {fastest['draft']} step "
-            f"adds {0.6 * cost:.3f} ms (c {0.6 * cost:.3f})") in per_engine[1]
+            f"adds {0.6 * cost:.3f} ms (c {0.6 * cost:.3f}; the slope over k = 1, 3, whose rounds run the draft's "
+            "projections as template GEMMs)") in per_engine[1]
     assert "inside a round's graph" not in per_engine[0]
     assert f"{int(fastest['k'])} draft step" in per_engine[1] and "as one graph" in per_engine[1]
     # the roofline's verification (0.3 and 0.6 ms against a 0.3 ms step) and the best group at the bounds
@@ -511,6 +515,19 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     assert (f"the best group, {at_bound['draft']} k={int(at_bound['k'])}, would run at "
             f"{at_bound['speedup_at_bound']:.2f}x") in per_engine[1]
     assert compiled["speedup_at_bound"] == pytest.approx(at_bound["speedup_at_bound"])
+
+
+def test_m3_fits_no_draft_step_across_two_forms_of_the_drafts_projections():
+    """k = 1 as template GEMMs, k = 3 as reductions: a slope through both would be the difference between
+    the forms, not what one more step costs, so each form (a single k here) has none and M3 names none."""
+    tables = spec_tables(draft_forms={1: "template GEMMs", 3: "reductions"})
+    rows = tables["spec_summary"][tables["spec_summary"]["engine"] == "compiled"]
+    assert rows["draft_step_marginal_ms"].isna().all()
+    assert sorted(set(zip(rows["k"], rows["draft_form"], rows["draft_step_marginal_ks"], strict=True))) == [
+        (1, "template GEMMs", "1"), (3, "reductions", "3")]
+    m = check_m3(full_data(**tables), MACHINE)
+    assert "step adds" not in m.verdict and "the slope over" not in m.verdict
+    assert "step adds" in check_m3(full_data(**spec_tables()), MACHINE).verdict
 
 
 def test_m3_holds_the_compiled_verification_to_its_target_and_names_where_the_roofline_rules_it_out():

@@ -35,6 +35,7 @@ from inferlab.speculative.summary import (
     summarise,
     theoretical_speedup,
     with_compile_seconds,
+    with_marginal_draft_step,
     with_step_bounds,
 )
 
@@ -346,6 +347,7 @@ def test_forward_timing_runs_each_case_back_to_back_on_one_prefilled_session_per
     burst = BURST_WARMUP + BURST
     assert bursts == [(case, 3) for case in cases] + [(case, burst) for case in cases * reps]
     assert len(table) == len(cases) * reps and (table["forward_ms"] > 0).all()
+    assert table["draft_form"].isna().all()  # no fused rounds, so no draft half
     assert table.groupby(["role", "tokens_per_forward"])["rep"].nunique().eq(reps).all()
 
 
@@ -389,6 +391,23 @@ def test_summarise_counts_alpha_and_pairs_reruns():
     assert (row["round_ms"], row["round_prefill_ms"]) == pytest.approx((3.0, 0.2))
     assert row["round_rest_ms"] == pytest.approx(-1.2)
     assert row["reruns_identical"]
+
+
+def test_the_marginal_draft_step_is_fitted_within_each_form_of_the_drafts_projections():
+    """Rounds of k = 1, 2 (template GEMMs, 0.1 ms a step over 0.3) and k = 3, 4, 6 (reductions, 0.2 ms a step
+    over 0.1): one line through all five would give neither slope."""
+    def drafts_ms(k):
+        return 0.3 + 0.1 * k if k <= 2 else 0.1 + 0.2 * k
+    forms = {1: "template GEMMs", 2: "template GEMMs", 3: "reductions", 4: "reductions", 6: "reductions"}
+    summary = pd.DataFrame([{"draft": "d", "k": k, "draft_form": form, "round_draft_ms": drafts_ms(k),
+                             "target_step_ms": 0.5} for k, form in forms.items()])
+    rows = with_marginal_draft_step(summary).set_index("k")
+    assert rows.loc[[1, 2], "draft_step_marginal_ms"].tolist() == pytest.approx([0.1, 0.1])
+    assert rows.loc[[3, 4, 6], "draft_step_marginal_ms"].tolist() == pytest.approx([0.2] * 3)
+    assert rows.loc[[1, 6], "c_time_marginal"].tolist() == pytest.approx([0.2, 0.4])
+    assert rows.loc[[1, 6], "draft_step_marginal_ks"].tolist() == ["1,2", "3,4,6"]
+    single = with_marginal_draft_step(summary.assign(draft_form=""))
+    assert single["draft_step_marginal_ms"].iloc[0] != pytest.approx(0.1)
 
 
 def test_a_verifications_bound_grows_with_its_rows_once_its_arithmetic_outlasts_the_weights_read():

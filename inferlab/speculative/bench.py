@@ -28,6 +28,7 @@ from inferlab.speculative.decode import (
     forward_calls,
     speculative_decode,
 )
+from inferlab.speculative.fused import draft_forward_form
 
 
 def encode_prompts(vocab: Vocabulary, prompts: list[str]) -> list[dict]:
@@ -150,7 +151,8 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
                        engine: Engine | None = None, settings: SamplingSettings | None = None) -> pd.DataFrame:
     """Cached forward times: a target step, a draft step, and the target's (k+1)-token verification;
     on an engine that runs fused rounds also the round's draft half, its k draft steps as one graph
-    (role "draft_half"), which is what such a round pays for its drafts.
+    (role "draft_half"), which is what such a round pays for its drafts, with the form its projections
+    take there (column draft_form, fused.draft_forward_form; None on the other rows).
 
     Each model has one session, prefilled once, and each case is warmed up (a compiled call's first
     one compiles).
@@ -165,14 +167,16 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
         target_calls = sessions.enter_context(forward_calls(target, context, (1, k + 1), engine))
         draft_calls = sessions.enter_context(forward_calls(draft, context, (1,), engine))
         cases = [("target", 1, target_calls[1]), ("draft", 1, draft_calls[1]), ("target", k + 1, target_calls[k + 1])]
+        forms = {}
         if engine.runs_fused_rounds:
             draft_half = sessions.enter_context(draft_half_call(draft, context, k, settings, engine))
             cases.append(("draft_half", k, draft_half))
+            forms["draft_half"] = draft_forward_form(k)
         for _, _, call in cases:  # each case's first call compiles on the compiled engine
             timed_calls_ms(call, 0, warmup=BURST_WARMUP)
         for rep in range(reps):
             for role, n_tokens, call in cases:
                 ms = burst_median_ms(call)
                 rows.append({"k": k, "role": role, "tokens_per_forward": n_tokens, "context": context, "rep": rep,
-                             "forward_ms": ms})
+                             "forward_ms": ms, "draft_form": forms.get(role)})
     return pd.DataFrame(rows).assign(**engine_columns(engine))

@@ -46,6 +46,12 @@ def draft_gemv_max_rows(k: int) -> int:
     return 0 if k <= TEMPLATE_DRAFT_MAX_K else REDUCTION_ROWS
 
 
+def draft_forward_form(k: int) -> str:
+    """What a round of k draft steps runs its draft's projections as, by the name Experiment 3's tables
+    give it: what one more draft step costs is a property of the form, so it is fitted within one."""
+    return "template GEMMs" if draft_gemv_max_rows(k) == 0 else "reductions"
+
+
 def inverse_cdf_draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """The token whose cumulative-mass interval holds uniform * total (uniform in [0, 1)).
 
@@ -83,10 +89,11 @@ def draft_proposals(draft: GPT, draft_caches: tuple[list, list], last_two: torch
     # 51 s against 86, but each step ran about 40 us slower (the loop re-wraps every captured tensor
     # and allocates its buffers each iteration): measured in README, "Why a round's draft steps are unrolled".
     k = (uniforms.size(0) - 1) // 2
+    gemv_max_rows = draft_gemv_max_rows(k)
     tokens_in, positions = last_two, n - 2 + torch.arange(2)
     drafts, draft_probs = [], []
     for i in range(k):
-        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=draft_gemv_max_rows(k),
+        logits = static_forward(draft, tokens_in, positions, *draft_caches, gemv_max_rows=gemv_max_rows,
                                 context=context)[0, -1]
         q = logits_to_probs(logits, temperature=temperature, top_p=top_p)
         token = torch.where(greedy, logits.argmax(-1), inverse_cdf_draw(q, uniforms[i]))

@@ -108,6 +108,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
     walls = _wall_by_rep(runs, group_keys).merge(_wall_by_rep(baseline, group_keys), on=[*group_keys, "rep"],
                                                  suffixes=("_spec", "_base"))
     fwd = forward.groupby(["draft", "k", "role", "tokens_per_forward"])["forward_ms"].median()
+    forms = _draft_forms(forward)
     rows = []
     for rec in sums.to_dict("records"):
         draft, k = rec["draft"], int(rec["k"])
@@ -119,6 +120,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         draft_ms = float(fwd[(draft, k, "draft", 1)])
         verify_ms = float(fwd[(draft, k, "target", k + 1)])
         draft_half = fwd.get((draft, k, "draft_half", k))
+        form = forms.get((draft, k), "")
         c_params = params[draft] / params[target_name]
         c_time = draft_ms / target_ms
         paired = walls[(walls["draft"] == draft) & (walls["k"] == k)]
@@ -152,6 +154,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             # the same cost model, with the measured cost of the (k+1)-token verification
             "speedup_forward_model": forward_model_speedup(formula, k, target_ms, draft_ms, verify_ms),
             **breakdown,
+            "draft_form": form,
             # c as a round pays it: on an engine that runs the round as one graph, no call per draft step
             "c_time_in_round": breakdown["draft_step_in_round_ms"] / target_ms,
             "spec_wall_ms": spec_wall_ms,
@@ -183,16 +186,29 @@ def with_job_speed_spread(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.assign(job_speed_spread=spread, job_speeds_differ=spread > JOB_SPEED_SPREAD_LIMIT)
 
 
+def _draft_forms(forward: pd.DataFrame) -> dict[tuple[str, int], str]:
+    """(draft, k) -> the form a round's draft half ran its projections as (fused.draft_forward_form),
+    where the group job timed one; tables from before the column have none."""
+    if "draft_form" not in forward.columns:
+        return {}
+    halves = forward[forward["role"] == "draft_half"].dropna(subset=["draft_form"])
+    return {(draft, int(k)): form for (draft, k), form in halves.groupby(["draft", "k"])["draft_form"].first().items()}
+
+
 def with_marginal_draft_step(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per draft, what one more draft step adds to a round: the least-squares slope of round_draft_ms
-    over k (what a round pays once for its drafts, such as a call's fixed cost, stays in the
-    intercept), and that slope as c against the draft's median target step. NaN with a single k."""
+    """Per draft and draft form, what one more draft step adds to a round: the least-squares slope of
+    round_draft_ms over the k whose rounds run the draft's projections in that form (what a round pays
+    once for its drafts, such as a call's fixed cost, stays in the intercept; a slope across two forms
+    would be the difference between them), that slope as c against the median target step of all the
+    draft's groups, and the k it was fitted over (draft_step_marginal_ks, "1,2"). NaN where the form
+    has a single k."""
+    target_ms = summary.groupby("draft")["target_step_ms"].median()
     parts = []
-    for _, rows in summary.groupby("draft", sort=False):
+    for (draft, _), rows in summary.groupby(["draft", "draft_form"], sort=False):
         ks, drafts_ms = rows["k"].astype(float), rows["round_draft_ms"].astype(float)
         slope = float(numpy.polyfit(ks, drafts_ms, 1)[0]) if ks.nunique() > 1 else math.nan
-        parts.append(rows.assign(draft_step_marginal_ms=slope,
-                                 c_time_marginal=slope / float(rows["target_step_ms"].median())))
+        parts.append(rows.assign(draft_step_marginal_ms=slope, c_time_marginal=slope / float(target_ms[draft]),
+                                 draft_step_marginal_ks=",".join(str(int(k)) for k in sorted(ks.unique()))))
     return pd.concat(parts)
 
 

@@ -66,11 +66,17 @@ def _rest(rest_ms: float) -> str:
     return f"and the round as one graph costs {-rest_ms:.2f} ms less than those calls made one by one"
 
 
+def _form_clause(form: str) -> str:
+    """Which rounds the marginal draft step was fitted over, by the form of their draft's projections."""
+    return f", whose rounds run the draft's projections as {form}" if form else ""
+
+
 def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
     """How far the target's step and the draft's are from their bounds (weights and cache read once at
     the probe's bandwidth): the draft's step far above its own is a call's fixed cost, which is why
     c by time stays well above c by parameters. Where the round runs its drafts as one graph, what one
-    more draft step adds there, with no call of its own (speculative_summary.with_marginal_draft_step)."""
+    more draft step adds there, with no call of its own, within the rounds whose draft projections take
+    the same form (speculative_summary.with_marginal_draft_step)."""
     row = rows[rows["draft"] == draft].iloc[0]
     text = (f"; a target step takes {row['target_step_ms']:.3f} ms, {row['target_step_over_bound']:.1f}x its bound "
             f"({row['target_step_bound_ms']:.3f} ms), a {draft} step {row['draft_step_ms']:.3f} ms, "
@@ -78,7 +84,8 @@ def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
             f"{row['c_time']:.3f} against {row['c_params']:.3f} by parameters")
     if bool(row["drafts_in_one_graph"]) and pd.notna(row["draft_step_marginal_ms"]):
         text += (f"; inside a round's graph, where no draft step is a call of its own, each further {draft} step "
-                 f"adds {row['draft_step_marginal_ms']:.3f} ms (c {row['c_time_marginal']:.3f})")
+                 f"adds {row['draft_step_marginal_ms']:.3f} ms (c {row['c_time_marginal']:.3f}; the slope over "
+                 f"k = {row['draft_step_marginal_ks'].replace(',', ', ')}{_form_clause(row['draft_form'])})")
     return text
 
 
