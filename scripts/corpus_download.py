@@ -3,8 +3,8 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.corpus.download import download_corpus
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 
 smk = snakemake  # noqa: F821
 start_job(smk.log[0], 1, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))

@@ -3,8 +3,8 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.corpus.text import prepare, read_corpus
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.tables import write_json
 
 smk = snakemake  # noqa: F821

@@ -5,9 +5,9 @@ import pandas as pd
 
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.config import GPTConfig, dtype_bytes
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import format_machine
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
 from inferlab.kvcache.anchor import load_anchor

@@ -3,9 +3,9 @@
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.core.config import dtype_bytes
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp, resolve_device
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, write_table
 from inferlab.kvcache.probes import run_probes

@@ -11,9 +11,9 @@ from inferlab.core.engine import make_engine
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp, resolve_device
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
 from inferlab.kvcache.bench import time_generation

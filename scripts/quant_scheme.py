@@ -9,9 +9,9 @@ import torch
 from inferlab.core.checkpoint import load_checkpoint, load_token_ids
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.corpus.text import load_vocabulary
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
 from inferlab.quant.bench import BASELINE, run_scheme

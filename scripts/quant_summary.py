@@ -3,8 +3,8 @@ apply the choice rule."""
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_provenance, read_table, write_table
 from inferlab.quant.choice import choose_scheme, summary_table

@@ -2,9 +2,9 @@
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import CHECKOUT, job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.report.build import ReportPaths, run_information, write_report
 from inferlab.report.catalog import FIGURE_CATALOG
 from inferlab.report.inputs import add_reference_table, load_inputs

@@ -4,9 +4,9 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 from tqdm import tqdm
 
 from inferlab.core.checkpoint_meta import model_stamp
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, write_table
 from inferlab.sampling.repetition import generate_cell, load_scorer

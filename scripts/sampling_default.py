@@ -4,8 +4,8 @@ decision, and every cell's distance to the human reference."""
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_provenance, read_table, write_table
 from inferlab.sampling.human_match import cell_distances, choose_human_match

@@ -12,9 +12,9 @@ from inferlab.core.generate import prefill
 from inferlab.core.sampler import distribution_rows, logits_export
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, write_json, write_table
 

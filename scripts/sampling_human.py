@@ -5,9 +5,9 @@ import numpy as np
 
 from inferlab.core.checkpoint import load_token_ids
 from inferlab.core.checkpoint_meta import model_stamp
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, write_table
 from inferlab.sampling.human_reference import score_human

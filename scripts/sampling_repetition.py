@@ -4,8 +4,8 @@ sample's metrics (for the default rule's distance CI), and a few example texts."
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
 
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_provenance, read_table, write_table
 from inferlab.sampling.aggregate import example_texts, summarise

@@ -12,9 +12,9 @@ from inferlab.core.engine import CompiledEngine, make_engine
 from inferlab.core.timing import BURST_IN_WORDS
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
 from inferlab.speculative.bench import (

@@ -6,8 +6,8 @@ import pandas as pd
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.config import GPTConfig
 from inferlab.core.engine_rows import by_engine
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
 from inferlab.kvcache.roofline import best_rates, step_bound_ms

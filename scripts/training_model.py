@@ -6,9 +6,9 @@ from inferlab.core.checkpoint import load_token_ids, save_checkpoint
 from inferlab.core.config import GPTConfig
 from inferlab.corpus.text import require_chars
 from inferlab.jobs.configcheck import training_chars_needed, validation_chars_needed
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import read_json, write_table
 from inferlab.training.loop import TrainConfig, train_model

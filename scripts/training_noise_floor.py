@@ -6,8 +6,8 @@ from pathlib import Path
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.core.checkpoint_meta import read_meta
+from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
-from inferlab.jobs.setup import start_job
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
 from inferlab.training.noise_floor import noise_floor_table

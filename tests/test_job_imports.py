@@ -54,7 +54,7 @@ def test_only_compute_jobs_import_torch(script):
 
 
 def test_start_job_without_torch_leaves_the_thread_count_to_the_environment(tmp_path):
-    code = ("import os, sys; from inferlab.jobs.setup import start_job; start_job(sys.argv[1], 3); "
+    code = ("import os, sys; from inferlab.jobs.job_start import start_job; start_job(sys.argv[1], 3); "
             "print('torch' in sys.modules, os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])")
     log = tmp_path / "job.log"
     out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, check=True,

@@ -18,7 +18,7 @@ _META_KEY = b"inferlab.provenance"
 def write_table(df: pd.DataFrame, path: str | Path, provenance: dict | None = None) -> None:
     """Writes atomically, so an interrupted job never leaves a readable half table.
 
-    Inside a job started with a lineage (inferlab.jobs.setup.start_job), the provenance gains `lineage`.
+    Inside a job started with a lineage (inferlab.jobs.job_start.start_job), the provenance gains `lineage`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
