@@ -26,7 +26,8 @@ did not reach inductor's C++ GEMM template shows 0 template kernels):
 - frozen_gemm: weights frozen, the C++ GEMM template for every row count, the graph's own code
   between kernels in Python (the compiled engine until cpp_wrapper became its default);
 - through_dynamo: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), every call
-  through torch.compile's entry and dynamo's guards (the compiled engine until dbd0e56);
+  through torch.compile's entry and dynamo's guards (the compiled engine before it called seen graphs
+  straight);
 - cpp_wrapper: today's compiled engine, through_dynamo but a call whose graph the engine has seen
   runs it straight (core/direct_calls.py);
 - one_thread, serial_loops (only when named in --variants): today's engine with inductor's cpp.threads = 1,
@@ -61,7 +62,7 @@ VARIANTS = {
     "cpp_wrapper": ("compiled", {}),
     "frozen_gemm": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": False}}),
     "through_dynamo": ("compiled", {"call_straight": False}),
-    # threads per graph, measured and not taken (README): each graph's kernels on one thread, and
+    # threads per graph, measured and not taken (docs/engines.md): each graph's kernels on one thread, and
     # loops too small to split kept serial
     "one_thread": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.threads": 1}}),
     "serial_loops": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.min_chunk_size": 65536}}),

@@ -4,9 +4,8 @@ Dynamo reads the global torch._inductor.config.freezing when it traces, and indu
 the post-grad pass (the weights key of core/graph_cache.py) when it compiles; a call that finds
 its graph compiled reads neither. So a call only names the settings its compile would need
 (`engine_call_settings`), and dynamo's compile callbacks apply them for the compile's duration and
-restore the caller's values. Setting the two flags around every call instead cost 14 us a call
-(measured on the 2-core Xeon, c1_dim64 step 0.181 against 0.167 ms): inductor's config setter is
-Python with dirty tracking.
+restore the caller's values. Setting the two flags around every call instead was a measurable share
+of a small model's step (docs/engines.md): inductor's config setter is Python with dirty tracking.
 """
 
 from __future__ import annotations

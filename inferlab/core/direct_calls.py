@@ -3,10 +3,8 @@ engine has seen a call of the same layout go through them.
 
 A compiled call pays, before inductor's generated graph runs, for torch.compile's entry wrapper
 (Python that saves and restores dispatch and frame state) and dynamo's guard lookup (every guard of
-the frame: each argument tensor's metadata, the model's attributes, global state). Measured on the
-full run's trained models (2-core AMD EPYC, avx512_bf16, no AMX; position 255, 1000 calls, median
-ms): a c1_dim64 step 0.136 through the engine, 0.106 through torch.compile alone, 0.070 calling the
-graph inductor returned; ref_baseline 0.33, 0.29 and 0.24.
+the frame: each argument tensor's metadata, the model's attributes, global state). For a small
+model's step that is a large share of the call (measured in docs/engines.md).
 
 So the engine compiles through `GraphCapture`, a backend that hands the graph to inductor with the
 engine's options and keeps what inductor returns, and notes which tensors dynamo passed it. Right

@@ -49,22 +49,13 @@ log = logging.getLogger(__name__)
 
 ENGINE_NAMES = ("eager", "compiled")
 # The compiled graphs treat each model's weights as constants (inductor's "freezing", set around
-# each compiled call) so that inductor can prepack every projection for its C++ GEMM template
-# (the only GEMM backend: with ATen beside it autotuning took twice as long to compile), which
-# reads each packed weight panel once for all the rows of a forward. tools/bench_engine.py, 2-core
-# AMD EPYC (Zen 3, AVX2 only), ref_baseline's shape at position 255, median ms at 1/2/3/5/9 rows:
-# the previous form (reductions up to 2 rows, MKL GEMM beyond, weights not frozen)
-# 3.36/4.37/4.47/5.52/5.96, this one 2.52/2.42/2.54/3.12/4.70 (eager 7.23/6.56/7.19/8.54/8.24).
+# each compiled call) so that inductor can prepack every projection for its C++ GEMM template, which
+# reads each packed weight panel once for all the rows of a forward. The template is the only GEMM
+# backend: with ATen beside it, autotuning took twice as long to compile and ran no faster.
 # The graph's own code between kernels runs as C++ (inductor's cpp_wrapper), not Python: a call then
-# skips the Python wrapper's buffer allocations and argument marshalling, which cost a tiny graph
-# as much as its kernels. Measured on the trained models of the full run (2-core AMD EPYC,
-# avx512_bf16, no AMX; 200 calls each, the two in processes back to back, median ms, context 60):
-# a c1_dim64 step 0.344 as a Python-wrapped call against 0.201, one more draft step inside a
-# round's graph 0.172 against 0.084; whole decodes (96 tokens, 8 prompts x seeds) target-only 0.540
-# against 0.471 ms per token, speculative c1_dim64 k = 1 0.73x against 0.82x of target-only, k = 6
-# 0.36x against 0.44x. Its price is compile time: each graph compiles as one C++ unit and shares no
-# kernel object with another graph (a fresh cache: the round of k = 6 53.6 s against 48.1, of k = 8
-# 71.6 against 55.9; the whole test suite cold 240 s against 204-226 s on the same EPYC).
+# skips the Python wrapper's buffer allocations and argument marshalling, which cost a tiny graph as
+# much as its kernels. Its price is compile time: each graph compiles as one C++ unit and shares no
+# kernel object with another graph. What each choice measured: docs/engines.md.
 DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP", "cpp_wrapper": True}
 FREEZE_WEIGHTS = True
 
@@ -158,8 +149,8 @@ class CompiledSession:
         weight = model.tok_emb.weight
         self.k_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
         self.v_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
-        # each (start, count)'s positions tensor, made once: a new one per step cost 10 us of a
-        # c1_dim64 step (0.17 ms, 2-core Xeon); the graphs only read it
+        # each (start, count)'s positions tensor, made once: a new one per step was a measurable
+        # share of a small model's step; the graphs only read it
         self._positions: dict[tuple[int, int], torch.Tensor] = {}
 
     @torch.no_grad()
@@ -397,7 +388,7 @@ def _smoke_compile(engine: CompiledEngine) -> None:
     toolchain (no C++ compiler, unsupported backend) fails here, not in the middle of a table."""
     from inferlab.core.config import GPTConfig
     # the same weights in every process, so that inductor's on-disk cache serves the toy's graph
-    # after the first job on a machine (measured: make_engine 4.6 s -> 3.6 s in a fresh process);
+    # after the first job on a machine, which saves each later job about a second;
     # forked, so that the caller's random stream is left as it was
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

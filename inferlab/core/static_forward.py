@@ -14,10 +14,9 @@ from torch import nn
 
 from inferlab.core.model import GPT, apply_rope
 
-# Up to this many rows (batch x tokens) the projections run as reductions (gemv_linear). They
-# won against unfrozen GEMM at 1-2 rows (ms per forward on ref_baseline, 2 cores: 1 row 1.4 against
-# 2.3, 2 rows 2.3-3.2 against 3.8-4.1), but they hide the products from inductor, and frozen weights
-# with the C++ GEMM template beat them at every row count (DEFAULT_INDUCTOR_OPTIONS): 0, off.
+# Up to this many rows (batch x tokens) the projections run as reductions (gemv_linear). They beat
+# unfrozen GEMM at 1-2 rows, but they hide the products from inductor, and frozen weights with the
+# C++ GEMM template beat them at every row count (DEFAULT_INDUCTOR_OPTIONS; docs/engines.md): 0, off.
 GEMV_MAX_ROWS = 0
 # Up to this many rows attention is masked products and sums over the whole buffer: SDPA's fixed
 # cost per call was larger at every row count of a decode step or a verification (k + 1 <= 9).
@@ -27,9 +26,8 @@ ATTENTION_REDUCTION_MAX_ROWS = 16
 
 # A compiled forward attends over a context bucket, not the whole buffer: the smallest of
 # max_seq_len / 4, / 2 and / 1 that holds every position it writes (each bucket is a graph of its
-# own). Measured on the 2-core EPYC, random weights, position 255, 60 x 20 interleaved steps,
-# median ms: ref_baseline's shape over 256 slots 1.195 against 1.335 over 512, c1_dim64's 0.537
-# against 0.553. Generations of Experiment 3 (under 128 tokens) compile no more graphs than before.
+# own), so that an early step does not pay for attending over empty slots (docs/engines.md).
+# Generations of Experiment 3 (under 128 tokens) stay in the first bucket: no more graphs to compile.
 CONTEXT_BUCKET_DIVISORS = (4, 2, 1)
 
 
@@ -44,15 +42,11 @@ def context_bucket(end: int, max_seq_len: int) -> int:
 def rows_times_weight(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x (..., K) @ weight (N, K).T for a few rows, as elementwise products summed over K.
 
-    MKL's GEMM runs a matrix-vector product far below the memory bandwidth (about 2 ms for
-    ref_baseline's 17 projections on 2 cores). Written as a reduction, inductor emits one
-    vectorised loop per projection. The sum runs over the weight transposed to (K, N), so that the
-    loop is vectorised along N with one accumulator per output lane, not along K with a horizontal
-    sum per output; with frozen weights the transposed copy is a constant, made once at compile
-    time. Measured (2-core EPYC, random weights, context 128, 30 interleaved reps, median ms): a
-    c1_dim64 two-row forward 0.171 against 0.210 summing along K, its draft half of k = 1 / 2 / 4
-    steps in one graph 0.211 / 0.346 / 0.579 against 0.243 / 0.380 / 0.639; c1_dim128 two rows 0.365
-    against 0.455, draft half 0.415 / 0.682 / 1.175 against 0.496 / 0.785 / 1.340.
+    MKL's GEMM runs a matrix-vector product far below the memory bandwidth. Written as a reduction,
+    inductor emits one vectorised loop per projection. The sum runs over the weight transposed to
+    (K, N), so that the loop is vectorised along N with one accumulator per output lane, not along K
+    with a horizontal sum per output, which made the draft's forwards faster (docs/engines.md); with
+    frozen weights the transposed copy is a constant, made once at compile time.
     """
     return (x.unsqueeze(-1).float() * weight.t().contiguous().float()).sum(-2)
 

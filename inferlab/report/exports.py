@@ -1,6 +1,6 @@
 """The data exports named by the seed page: c13-inference.json and precomputed.json.
 
-Schemas (documented in README "Report exports"): every table is a list of row objects with the
+Schemas (documented in docs/report.md, "Export schemas"): every table is a list of row objects with the
 Parquet table's own columns; NaN becomes null; a section whose table is missing is null.
 """
 

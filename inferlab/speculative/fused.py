@@ -31,12 +31,8 @@ from inferlab.core.static_forward import static_forward
 # The draft's forwards (2 rows, then 1 each step) run through the C++ GEMM template over its frozen
 # weights in a round of k <= TEMPLATE_DRAFT_MAX_K, and as reductions (static_forward.rows_times_weight)
 # beyond: the template's rounds run faster, but each draft step's template kernels are C++ of their
-# own, so its compile time grows about twice as fast with k. Measured on the full run's trained models
-# (2-core AMD EPYC, avx512_bf16; the two forms in one process, 25 x 20 interleaved rounds, median ms,
-# reductions against template): c1_dim128 k = 1 0.939 / 0.635, k = 2 1.200 / 0.938, k = 4 1.721 / 1.536;
-# c1_dim64 0.619 / 0.504, 0.732 / 0.687, 1.117 / 1.146 (a target step 0.329); a round of k = 4 compiled
-# in 26-29 s as reductions against 65 s through the template (fresh cache). Template for the 2-row
-# forward only (reductions for the 1-row steps) was no faster than reductions at k = 2 and 4.
+# own, so its compile time grows about twice as fast with k. From k = 3 on the template's gain shrinks
+# while its compile time more than doubles, so those rounds keep the reductions (docs/engines.md).
 TEMPLATE_DRAFT_MAX_K = 2
 REDUCTION_ROWS = 2  # gemv_max_rows that makes both of a draft's row counts reductions
 
@@ -85,9 +81,9 @@ def draft_proposals(draft: GPT, draft_caches: tuple[list, list], last_two: torch
                     context: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The draft half of a round: k tokens, each drawn (or taken by argmax) from the draft's
     distribution after the one before, with uniforms[:k]. Returns the tokens (k,) and q (k, V)."""
-    # Unrolled, so compile time grows with k. As a torch.while_loop the round of k = 8 compiled in
-    # 51 s against 86, but each step ran about 40 us slower (the loop re-wraps every captured tensor
-    # and allocates its buffers each iteration): measured in README, "Why a round's draft steps are unrolled".
+    # Unrolled, so compile time grows with k. As a torch.while_loop the round compiled faster, but each
+    # step ran slower (the loop re-wraps every captured tensor and allocates its buffers each
+    # iteration): docs/engines.md.
     k = (uniforms.size(0) - 1) // 2
     gemv_max_rows = draft_gemv_max_rows(k)
     tokens_in, positions = last_two, n - 2 + torch.arange(2)
