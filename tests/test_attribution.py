@@ -54,13 +54,13 @@ def _write(path: str, df: pd.DataFrame, rule: str, params: dict, inputs: list[st
 
 
 def make_run(workdir: Path, *, damp: float = 0.01, steps: int = 500, code_root: Path = CHECKOUT,
-             node: str = "vm", drift: dict[str, float] | None = None,
+             node: str = "vm", fingerprint: str = "f00", drift: dict[str, float] | None = None,
              training_seconds: float = 60.0, timing_reads_weights: bool = True,
              measured_ms: float = 1.0) -> tuple[pd.DataFrame, dict]:
     """One run in workdir: (its metrics table, its causes record). Numbers follow from the settings,
     as a deterministic pipeline's would; `drift` adds to metric values behind the lineage's back."""
     workdir.mkdir(parents=True, exist_ok=True)
-    machine = {**MACHINE_STAMP, "node": node}
+    machine = {**MACHINE_STAMP, "node": node, "fingerprint": fingerprint}
     config = {"training": {"defaults": {"steps": steps}}, "quantization": {"gptq": {"damp": damp}},
               "kvcache": {"lengths": [16]}}
     cwd = Path.cwd()
@@ -242,6 +242,29 @@ def test_a_node_change_makes_a_timing_not_comparable_and_says_so(tmp_path):
     assert set(causes_of(d)) == {("kvcache", "16 cache")}  # the deterministic numbers did not move
 
 
+@pytest.mark.parametrize("fingerprint", ["f00", "f01"], ids=["equal fingerprints", "different fingerprints"])
+def test_the_same_machine_line_and_the_machine_heading_agree(tmp_path, fingerprint):
+    """One definition of the same machine: the reproducibility line, the run-level heading and every
+    job's cause all follow the fingerprint (a host named alike on another machine is another machine)."""
+    from inferlab.review.diff import runs_machine_text
+
+    old, old_record = make_run(tmp_path / "old")
+    new, new_record = make_run(tmp_path / "new", fingerprint=fingerprint, drift={("kvcache", "16 cache"): 0.05})
+    machine = runs_machine_text(old, new, old_record, new_record)
+    d = verdicts.diff_metrics(old, new, old_record, new_record)
+    markdown = diff_summary.to_markdown(d, "old", "new", machine=machine)
+    timing = d.set_index("metric").loc["ms_per_token"]
+    if fingerprint == "f00":
+        assert machine is None and "(the same machine)" in markdown and "another machine" not in markdown
+        assert timing["verdict"] != verdicts.NOT_COMPARABLE and "fingerprint" not in markdown, markdown
+    else:
+        assert machine == "fingerprint f00 → f01", machine
+        assert "(another machine: fingerprint f00 → f01)" in markdown and "the same machine" not in markdown
+        assert timing["verdict"] == verdicts.NOT_COMPARABLE and "fingerprint f00 → f01" in timing["cause"]
+    # the same answer without the records, from the metrics' own stamps
+    assert runs_machine_text(old, new, None, None) == machine
+
+
 def test_a_hand_altered_deterministic_value_is_unexplained_and_heads_the_diff(tmp_path):
     old, old_record = make_run(tmp_path / "old")
     altered = old.copy()
@@ -265,7 +288,7 @@ def test_summation_order_differences_count_as_identical_within_the_stated_tolera
 def test_without_an_old_record_a_cpu_change_is_named_from_the_stamps(tmp_path):
     old, _ = make_run(tmp_path / "old")
     new, record = make_run(tmp_path / "new", steps=600)
-    old["machine_cpu_model"] = "CPU Z"
+    old["machine_cpu_model"], old["machine_fingerprint"] = "CPU Z", "f99"  # the fingerprint hashes the CPU model
     d = verdicts.diff_metrics(old, new, None, record)
     cause = causes_of(d)[("models", "ref")]
     assert cause.startswith(f"{MACHINE}: ") and "CPU Z → CPU A" in cause and "records no lineage" in cause

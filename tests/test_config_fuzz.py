@@ -13,6 +13,7 @@ the cheapest job. The seed is fixed (derandomize), so CI and a developer see the
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import re
 import subprocess
@@ -25,9 +26,11 @@ from hypothesis import strategies as st
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from inferlab.corpus.check import corpus_facts
 from inferlab.jobs.configcheck import config_problems, train_config
 from inferlab.quant.schemes import SCHEMES
 from inferlab.sampling.grid import repetition_cells, sampling_cells
+from tests.conftest import synthetic_corpus
 from tests.test_workflow_e2e import SNAKEMAKE, TINY, _merge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +117,7 @@ def parse(config: dict) -> list[str]:
         validate(config, SCHEMA)
     except WorkflowError as err:
         return [str(err)]
-    problems = config_problems(config)
+    problems = config_problems(config, _corpus_facts(config["corpus"]["val_fraction"], config["corpus"]["vocab_size"]))
     if problems:
         return problems
     # the rule files' parse-time helpers (sampling.smk, quant.smk, training.smk)
@@ -128,6 +131,13 @@ def parse(config: dict) -> list[str]:
 
 
 ACCEPTED: list[dict] = []
+# the corpus the accepted overlays' real dry run reads: `snakemake -n` checks it too
+CORPUS = synthetic_corpus(n_chapters=14, paragraphs=8)
+
+
+@functools.cache
+def _corpus_facts(val_fraction, vocab_size) -> dict:
+    return corpus_facts(CORPUS.encode("utf-8"), val_fraction, vocab_size)
 
 
 @settings(max_examples=int(os.environ.get("INFERLAB_FUZZ_EXAMPLES", "300")), deadline=None, derandomize=True,
@@ -148,9 +158,9 @@ def test_accepted_fuzzed_configs_pass_a_real_dry_run_and_the_cheapest_job(tmp_pa
     if not ACCEPTED:  # run alone: draw the sample here
         test_every_fuzzed_config_is_refused_by_key_or_accepted()
     assert ACCEPTED, "the fuzzer accepted no overlay: the strategy only draws refusals"
-    from tests.conftest import link_workflow, synthetic_corpus
+    from tests.conftest import link_workflow
     link_workflow(tmp_path, package=True)
-    (tmp_path / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
+    (tmp_path / "corpus.txt").write_text(CORPUS, encoding="utf-8")
     for i, config in enumerate(ACCEPTED):
         overlay = tmp_path / f"fuzz{i}.yaml"
         overlay.write_text(yaml.safe_dump({**config, "corpus_path": "corpus.txt"}, allow_unicode=True),

@@ -332,15 +332,6 @@ def test_vocab_size_over_the_prepared_corpus_fails_at_parse_time():
     _one_problem(_config(corpus={"val_fraction": 0.1, "vocab_size": 100_000}), "corpus.vocab_size", "uint16")
 
 
-def test_stats_of_another_corpus_are_ignored(tmp_path):
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("abc", encoding="utf-8")
-    write_json({"raw_sha256": "0" * 64, "distinct_chars": 3}, tmp_path / "stats.json")
-    assert configcheck.current_corpus_stats(tmp_path / "stats.json", corpus) is None
-    write_json({"raw_sha256": download.hashlib.sha256(b"abc").hexdigest()}, tmp_path / "stats.json")
-    assert configcheck.current_corpus_stats(tmp_path / "stats.json", corpus) is not None
-
-
 def test_every_problem_is_reported_at_once():
     config = _config(models={**TINY["models"], DRAFT: {"d_model": 96}},
                      quantization={"schemes": ["nope"]}, noise_floor={"extra_seeds": [1337]})
@@ -467,6 +458,114 @@ def test_anchor_is_an_input_of_the_roofline(trained):
     assert "rule roofline:" in output, output[-3000:]
     roofline_inputs = output.split("rule roofline:", 1)[1].split("output:", 1)[0]
     assert "config/anchor-model.json" in roofline_inputs, roofline_inputs
+
+
+def _corpus_files(workdir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((workdir / "results/corpus").iterdir())}
+
+
+def _dry_run(workdir: Path, corpus: str, *config: str) -> subprocess.CompletedProcess:
+    """`snakemake -n` of the whole DAG on another corpus (and config values), as a user would type it."""
+    cmd = [*SNAKEMAKE, "-n", "--cores", "2", "--configfile", "config/quick.yaml", "tiny.yaml",
+           "--config", f"corpus_path={corpus}", *config]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
+
+
+def _sha256(data: bytes) -> str:
+    return download.hashlib.sha256(data).hexdigest()
+
+
+# (what the copy is, its bytes from the good corpus's text, config values, what the refusal says)
+BAD_CORPORA = [
+    ("GBK", lambda text: text.encode("gbk", errors="replace"), [],
+     "is not UTF-8 (byte 0xb5 at offset 29 is not valid there); it reads as GBK. Convert it once and point "
+     "corpus_path at the copy: iconv -f GBK -t UTF-8"),
+    ("Big5", lambda text: text.encode("big5", errors="replace"), [], "it reads as Big5. Convert it once"),
+    ("UTF-16", lambda text: text.encode("utf-16"), [], "it reads as UTF-16. Convert it once"),
+    # cut on a character boundary, the tiny config would take what is left: only the pin tells
+    ("first 3,000 bytes, pinned", lambda text: text.encode("utf-8")[:3000],
+     ["corpus_sha256={full_sha256}"], "(3,000 bytes, sha256 "),
+    ("first 2,999 bytes", lambda text: text.encode("utf-8")[:2999], [],
+     "it ends inside a character (byte 0xe3 at offset 2,997 of 2,999), so it looks truncated"),
+    ("empty", lambda text: b"", [], "is an empty file"),
+]
+
+
+@pytest.mark.parametrize(("what", "make", "config", "expected"), BAD_CORPORA, ids=[c[0] for c in BAD_CORPORA])
+@pytest.mark.slow
+def test_a_corpus_prepare_corpus_would_refuse_is_refused_by_the_dry_run_and_costs_nothing(
+        trained, what, make, config, expected):
+    """Snakemake deletes a job's outputs before it runs the job: a corpus refused inside prepare_corpus
+    would already have cost the prepared corpus, and with it every job below (the next run on the right
+    corpus would plan them all). So `snakemake -n` refuses it, in one message, and nothing is touched."""
+    good = (trained / "corpus.txt").read_text(encoding="utf-8")
+    bad = trained / "bad-corpus.txt"
+    bad.write_bytes(make(good))
+    prepared = _corpus_files(trained)
+    config = [c.format(full_sha256=_sha256(good.encode("utf-8"))) for c in config]
+    result = _dry_run(trained, bad.name, *config)
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert f"corpus_path: {bad.name} " in result.stderr and expected in result.stderr, result.stderr[-3000:]
+    last_lines = (result.stdout + result.stderr).strip().splitlines()[-5:]
+    assert not any('File "' in line for line in last_lines), last_lines
+    assert _corpus_files(trained) == prepared
+    again = _snakemake(trained, "-n", "--", f"results/models/{DRAFT}/meta.json")
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+def test_the_pin_refuses_a_copy_of_another_length_and_accepts_its_own_file():
+    stats = {"raw_sha256": "a" * 64, "raw_bytes": 3000, "val_chars": 10_000, "train_chars": 10_000,
+             "distinct_chars": 200, "train_distinct_chars": 200, "val_fraction_requested": 0.1}
+    _one_problem(_config(corpus_sha256="b" * 64), "corpus_path:", "3,000 bytes", "corpus_sha256 pins (bbbbbbbbbbbb",
+                 stats=stats)
+    assert config_problems(_config(corpus_sha256="a" * 64), stats) == []
+
+
+def test_the_corpus_check_is_kept_by_size_and_mtime(tmp_path):
+    """A dry run checks an unchanged corpus from its kept result; an edit (even of one byte) is checked anew."""
+    from inferlab.corpus.check import corpus_check
+
+    corpus, cache = tmp_path / "corpus.txt", tmp_path / "cache.json"
+    corpus.write_text(synthetic_corpus(n_chapters=3), encoding="utf-8")
+    first = corpus_check(corpus, 0.1, 20, cache)
+    assert "problem" not in first and json.loads(cache.read_text())
+    corpus.write_bytes(corpus.read_bytes() + "中".encode("utf-8")[:2])  # ends inside a character
+    second = corpus_check(corpus, 0.1, 20, cache)
+    assert "ends inside a character" in second["problem"] and second["raw_sha256"] != first["raw_sha256"]
+    assert corpus_check(corpus, 0.1, 20, cache) == second
+
+
+@pytest.mark.slow
+def test_a_failure_inside_prepare_corpus_costs_the_prepared_corpus_and_the_dag_below(tmp_path):
+    """What a job-time failure costs, recorded (the README's faults table says the same). Snakemake deletes
+    a job's outputs before it runs the job, and records a failed job's settings as the outputs' own, so
+    the next run, even with the settings put back, plans prepare_corpus and every job below it. That is
+    why every check that can run at parse time does (the test above)."""
+    link_workflow(tmp_path)
+    (tmp_path / "corpus.txt").write_text(synthetic_corpus(n_chapters=14, paragraphs=8), encoding="utf-8")
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(_merge(QUICK, TINY), allow_unicode=True), encoding="utf-8")
+    target = f"results/models/{DRAFT}/meta.json"
+    built = _snakemake(tmp_path, "--", target)
+    assert built.returncode == 0, built.stderr[-3000:]
+    # the job fails inside, after the parse-time checks passed: a site hook ends the script's process
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        'import sys\nif any("corpus_prepare" in arg for arg in sys.argv):\n'
+        '    raise SystemExit("injected: prepare_corpus fails inside the job")\n', encoding="utf-8")
+    (tmp_path / "split.yaml").write_text(yaml.safe_dump({"corpus": {**TINY["corpus"], "val_fraction": 0.15}}),
+                                         encoding="utf-8")
+    cmd = [*SNAKEMAKE, "--cores", "2", "--configfile", "config/quick.yaml", "tiny.yaml", "split.yaml",
+           "--config", "corpus_path=corpus.txt", "--", target]
+    failed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(inject), "INFERLAB_QUIET": "1"})
+    assert failed.returncode != 0 and "injected" in failed.stdout + failed.stderr, failed.stderr[-3000:]
+    assert not (tmp_path / "results/corpus/stats.json").exists()  # deleted before the job ran
+    assert (tmp_path / target).exists()  # the checkpoint itself survives ...
+    replanned = _snakemake(tmp_path, "-n", "--", target)
+    # ... but the next run, with the settings it was built with, plans it again with the corpus
+    assert _planned_jobs(replanned.stdout + replanned.stderr) == {"prepare_corpus": 1, "train_model": 1}, \
+        replanned.stdout[-3000:]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import re
@@ -160,6 +161,48 @@ def read_corpus(path: str | Path) -> bytes:
     return raw
 
 
+# Chinese novels often circulate in these; each is tried when a corpus is not UTF-8.
+LEGACY_ENCODINGS = {"GBK": "gb18030", "Big5": "big5"}
+# Share of these in the decoded text tells the right legacy encoding from a wrong one: Chinese prose
+# is about a tenth punctuation, and a wrong decoding turns those byte pairs into other characters.
+CJK_PUNCTUATION = frozenset("，。、：；！？「」『』")
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def decode_utf8(raw: bytes, source: str = "the corpus") -> str:
+    """The text, or a CorpusError naming the first bad byte, what the file looks like and the fix."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CorpusError(_not_utf8_message(raw, err, source)) from None
+
+
+def looks_like(raw: bytes) -> str | None:
+    """'UTF-16', 'GBK' or 'Big5' when the bytes read as that; None when they read as none of them."""
+    if raw.startswith(_UTF16_BOMS):
+        return "UTF-16"
+    scores = {}
+    for name, codec in LEGACY_ENCODINGS.items():
+        try:
+            text = raw.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        scores[name] = sum(ch in CJK_PUNCTUATION for ch in text) / max(len(text), 1)
+    return max(scores, key=scores.get) if scores else None
+
+
+def _not_utf8_message(raw: bytes, err: UnicodeDecodeError, source: str) -> str:
+    bad = f"byte 0x{raw[err.start]:02x} at offset {err.start:,}"
+    if err.reason == "unexpected end of data":  # a cut inside a multi-byte character
+        return (f"{source} is not UTF-8: it ends inside a character ({bad} of {len(raw):,}), so it looks "
+                "truncated (an interrupted download or copy); copy or download it again")
+    encoding = looks_like(raw)
+    if encoding is None:
+        return f"{source} is not UTF-8 ({bad} is not valid there) and does not read as UTF-16, GBK or Big5"
+    return (f"{source} is not UTF-8 ({bad} is not valid there); it reads as {encoding}. Convert it once and "
+            f"point corpus_path at the copy: iconv -f {encoding.upper()} -t UTF-8 {source} > corpus-utf8.txt")
+
+
 def require_chars(available: int, needed: int, what: str) -> None:
     """what: e.g. 'results/corpus/val.npy (validation split) for seq_len 256'."""
     if available < needed:
@@ -172,10 +215,16 @@ def prepare(raw: bytes, val_fraction: float, vocab_size: int, source: str = "the
 
     source names the file in every error.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise CorpusError(f"{source} is not UTF-8: {err}") from err
+    prepared = measure(raw, val_fraction, vocab_size, source)
+    if len(prepared.vocab) < vocab_size:
+        raise CorpusError(f"{source}: the training text has only {len(prepared.vocab) - 1} distinct characters; "
+                          f"corpus.vocab_size {vocab_size} needs {vocab_size - 1}")
+    return prepared
+
+
+def measure(raw: bytes, val_fraction: float, vocab_size: int, source: str = "the corpus") -> PreparedCorpus:
+    """prepare() without its check of the vocabulary's size, which the config check words itself."""
+    text = decode_utf8(raw, source)
     normalised = normalise(text)
     try:
         split = split_at_chapter(normalised, val_fraction)
@@ -183,9 +232,6 @@ def prepare(raw: bytes, val_fraction: float, vocab_size: int, source: str = "the
         raise CorpusError(f"{source} is too short to split ({len(normalised)} characters after normalisation): "
                           f"{err}") from err
     vocab = Vocabulary.from_text(split.train, vocab_size)
-    if len(vocab) < vocab_size:
-        raise CorpusError(f"{source}: the training text has only {len(vocab) - 1} distinct characters; "
-                          f"corpus.vocab_size {vocab_size} needs {vocab_size - 1}")
     train_unk, val_unk = vocab.unk_count(split.train), vocab.unk_count(split.val)
     stats = {
         "raw_sha256": sha256_bytes(raw),

@@ -7,8 +7,6 @@ parsing must stay fast. Every problem names the config key and the rule it break
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -160,8 +158,21 @@ def corpus_problems(config: dict, corpus_stats: dict | None) -> list[str]:
     if vocab_size > MAX_VOCAB_SIZE:
         problems.append(f"corpus.vocab_size: {vocab_size} exceeds {MAX_VOCAB_SIZE} (token ids are stored as uint16)")
     if corpus_stats:
-        problems += _prepared_corpus_problems(config, corpus_stats)
+        problems += _corpus_file_problems(config, corpus_stats)
     return problems
+
+
+def _corpus_file_problems(config: dict, stats: dict) -> list[str]:
+    """What prepare_corpus would refuse in the file (inferlab.corpus.check), and a copy the pin does not match."""
+    pinned = config.get("corpus_sha256")
+    if pinned and stats["raw_sha256"] != pinned:
+        return [f"corpus_path: {config['corpus_path']} ({stats['raw_bytes']:,} bytes, sha256 "
+                f"{stats['raw_sha256'][:12]}…) is not the file corpus_sha256 pins ({pinned[:12]}…): a truncated "
+                "or edited copy? Copy the corpus again, or set corpus_sha256 to this file's sha256 (or null) "
+                "to accept it"]
+    if "problem" in stats:
+        return [f"corpus_path: {stats['problem']}"]
+    return _prepared_corpus_problems(config, stats)
 
 
 def _prepared_corpus_problems(config: dict, stats: dict) -> list[str]:
@@ -172,7 +183,7 @@ def _prepared_corpus_problems(config: dict, stats: dict) -> list[str]:
     vocab_size = config["corpus"]["vocab_size"]
     if vocab_size > distinct + 1:
         problems.append(f"corpus.vocab_size: {vocab_size} exceeds the {distinct} distinct characters of the "
-                        f"corpus's training text + <unk> ({distinct + 1}); see results/corpus/stats.json")
+                        f"corpus's training text + <unk> ({distinct + 1})")
     if not same_split:
         return problems
     for name in config["models"]:
@@ -183,7 +194,7 @@ def _prepared_corpus_problems(config: dict, stats: dict) -> list[str]:
             if stats[f"{split}_chars"] < needed:
                 problems.append(f"{_training_key(config, name, 'seq_len')}: model {name} needs {needed} characters "
                                 f"in the {split} split, the corpus's has {stats[f'{split}_chars']} "
-                                f"(results/corpus/stats.json; corpus.val_fraction)")
+                                f"(corpus.val_fraction)")
     return problems
 
 
@@ -218,18 +229,3 @@ def check_config(config: dict, corpus_stats: dict | None = None) -> None:
     if problems:
         raise ConfigError(problems)
 
-
-def current_corpus_stats(stats_path: str | Path, corpus_path: str | Path) -> dict | None:
-    """The prepared corpus's stats, when they exist and were made from the file at corpus_path.
-
-    Stats of another corpus say nothing about this one (it will be prepared afresh), so they are ignored.
-    """
-    stats_path, corpus_path = Path(stats_path), Path(corpus_path)
-    if not (stats_path.is_file() and corpus_path.is_file()):
-        return None
-    try:
-        stats = json.loads(stats_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # prepare_corpus rewrites it
-    digest = hashlib.sha256(corpus_path.read_bytes()).hexdigest()
-    return stats if isinstance(stats, dict) and stats.get("raw_sha256") == digest else None

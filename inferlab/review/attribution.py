@@ -9,7 +9,7 @@ recorded difference, most specific first:
               versions moved);
   3. input:   an input that moved, with that input's own causes (a file without lineage of its
               own, such as the corpus, by its sha256); inputs moved by the same cause read as one;
-  4. machine: the same job ran on another machine (CPU, flags, caches, node, threads).
+  4. machine: the same job ran on another machine (same_machine: another hardware fingerprint or device).
 A job's own change does not hide the others: a job whose code changed while it read a checkpoint
 retrained on another CPU names both, since either can have moved its numbers.
 A deterministic metric that moved with none of these recorded is **unexplained**: the lab is
@@ -39,6 +39,12 @@ CAUSE_SEPARATOR = " · "
 MACHINE_FIELDS = {"cpu_model": "CPU", "cpu_kernel_flags": "kernel flags", "cpu_caches": "caches",
                   "memory_gib": "memory GiB", "cpu_cores": "cores", "torch_threads": "torch threads",
                   "device_name": "device", "node": "node"}
+# What makes two stamps the same machine (same_machine): the hardware fingerprint
+# (inferlab.jobs.machine.hardware_fingerprint), the device the job ran on, and the host, since two
+# hosts of one hardware kind still time differently. Two stamps from before the fingerprint compare by
+# the fields it hashes; against a fingerprinted one, such a stamp cannot be told apart, so it differs.
+IDENTITY_FIELDS = ("fingerprint", "device_name", "node")
+UNFINGERPRINTED_IDENTITY = ("cpu_model", "cpu_cores", "cpu_caches", "memory_gib", "device_name", "node")
 # Two probes of one machine agree within this ratio; beyond it the machines run at other speeds.
 CALIBRATION_RATIO = 1.2
 CALIBRATION_FIELDS = {"bandwidth_GB_per_s": ("probe bandwidth", "GB/s"),
@@ -131,14 +137,25 @@ def code_changes(rule: str, old_rule: Mapping | None, new_rule: Mapping | None) 
     return Cause(CODE, f"{rule} (its code hash differs, but not in a recorded module)")
 
 
+def same_machine(old: Mapping, new: Mapping) -> bool:
+    """The one definition of "the same machine" that the diff, the report and the causes use."""
+    fingerprinted = [bool(stamp.get("fingerprint")) for stamp in (old, new)]
+    fields = IDENTITY_FIELDS if any(fingerprinted) else UNFINGERPRINTED_IDENTITY
+    return all(old.get(field) == new.get(field) for field in fields)
+
+
 def machine_changes(old: Mapping | None, new: Mapping | None) -> str | None:
-    """'CPU A → B; node x → y' for the fields that differ; None when they agree or either is unknown."""
-    if not old or not new:
+    """How two machines differ ('CPU A → B; node x → y'), or None when they are the same machine
+    (same_machine) or either is unknown. The fingerprint is named when no other field tells them apart."""
+    if not old or not new or same_machine(old, new):
         return None
+    on_cpu = all(stamp.get("device_name") == stamp.get("cpu_model") for stamp in (old, new))
+    shown = {field: name for field, name in MACHINE_FIELDS.items() if not (on_cpu and field == "device_name")}
     parts = [f"{name} {shown_value(old.get(field))} → {shown_value(new.get(field))}"
-             for field, name in MACHINE_FIELDS.items() if field in old or field in new
+             for field, name in shown.items() if field in old or field in new
              if old.get(field) != new.get(field)]
-    return "; ".join(parts) or None
+    fingerprints = (shown_value(stamp.get("fingerprint")) for stamp in (old, new))
+    return "; ".join(parts) or "fingerprint {} → {}".format(*fingerprints)
 
 
 def calibration_changes(old: Mapping | None, new: Mapping | None) -> str | None:

@@ -25,6 +25,7 @@ from inferlab.review import ledger
 from inferlab.review.attribution import leaf_changes, machine_changes, shown_value
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.diff_summary import to_markdown
+from inferlab.review.metrics import MACHINE_COLUMNS
 from inferlab.review.verdicts import diff_metrics
 
 DEFAULT_NEW = Path("results/metrics.parquet")
@@ -98,13 +99,21 @@ def record_of(path: Path) -> dict | None:
 
 def runs_machine_text(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
                       new_record: dict | None) -> str | None:
-    """How the machines of two runs differ: from their records, else from the metrics' CPU stamps."""
+    """How the machines of two runs differ (attribution.machine_changes, so "the same machine" means what it
+    means in every cause): from their records, else from the metrics' stamps where each run names one machine."""
     recorded = machine_changes((old_record or {}).get("machine"), (new_record or {}).get("machine"))
     if recorded or (old_record and new_record):
         return recorded
-    cpus = [sorted(t["machine_cpu_model"].dropna().astype(str).unique()) if "machine_cpu_model" in t else []
-            for t in (old, new)]
-    return f"CPU {', '.join(cpus[0])} → {', '.join(cpus[1])}" if all(cpus) and cpus[0] != cpus[1] else None
+    return machine_changes(_one_machine(old), _one_machine(new))
+
+
+def _one_machine(table: pd.DataFrame) -> dict | None:
+    """The machine stamp a run's metrics share (the node aside), or None when they name none or several."""
+    columns = [c for c in MACHINE_COLUMNS if c in table and c != "machine_node"]
+    stamps = table[columns].dropna(how="all").drop_duplicates()
+    if len(stamps) != 1:
+        return None
+    return {column.removeprefix("machine_"): value for column, value in stamps.iloc[0].dropna().items()}
 
 
 def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: dict | None,

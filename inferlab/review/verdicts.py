@@ -36,6 +36,7 @@ from inferlab.review.attribution import (
     calibration_changes,
     lineage_causes,
     machine_changes,
+    same_machine,
     unexplained_input,
 )
 from inferlab.review.metrics import (
@@ -73,8 +74,13 @@ def _contended(row: pd.Series, side: str) -> bool:
     return not missing(value) and bool(value)
 
 
+def _machine_stamp(row: pd.Series, side: str) -> dict:
+    """A metric's machine columns as a stamp (the fields machine_changes reads)."""
+    return {c.removeprefix("machine_"): (None if missing(v := row.get(f"{c}_{side}")) else v) for c in MACHINE_COLUMNS}
+
+
 def _machine_differs(row: pd.Series) -> bool:
-    return any(not same(row.get(f"{c}_old"), row.get(f"{c}_new")) for c in MACHINE_COLUMNS)
+    return not same_machine(_machine_stamp(row, "old"), _machine_stamp(row, "new"))
 
 
 def _calibration(row: pd.Series, side: str) -> dict:
@@ -82,19 +88,12 @@ def _calibration(row: pd.Series, side: str) -> dict:
             if not missing(row.get(f"{column}_{side}"))}
 
 
-def _stamp(value) -> str:
-    return "absent" if missing(value) else str(value)
-
-
 def _machine_text(row: pd.Series) -> str | None:
-    """What differs between the two machines a number was measured on, from its stamp columns and probes."""
-    pairs = {c: (row.get(f"{c}_old"), row.get(f"{c}_new")) for c in MACHINE_COLUMNS}
-    if same(*pairs["machine_device_name"]) is False and pairs["machine_device_name"] == pairs["machine_cpu_model"]:
-        del pairs["machine_device_name"]  # on a CPU the device name is the CPU model: say it once
-    stamped = [f"{c.removeprefix('machine_').replace('_', ' ')} {_stamp(a)} → {_stamp(b)}"
-               for c, (a, b) in pairs.items() if not same(a, b)]
+    """What differs between the two machines a number was measured on, from its stamp columns and probes;
+    None on the same machine (same_machine) with probes that agree."""
+    stamped = machine_changes(_machine_stamp(row, "old"), _machine_stamp(row, "new"))
     probes = calibration_changes(_calibration(row, "old"), _calibration(row, "new"))
-    return "; ".join([*stamped, *([probes] if probes else [])]) or None
+    return "; ".join(part for part in (stamped, probes) if part) or None
 
 
 def _timing_verdict(row: pd.Series) -> str:

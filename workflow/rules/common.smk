@@ -19,20 +19,41 @@ from inferlab.jobs.template_lineage import rule_code_sha256  # noqa: E402
 min_version("9.0")
 
 
-validate(config, schema="../schemas/config.schema.yaml")
+def refuse(message):
+    """A refusal at parse time reads as its message alone (the frames only with --verbose): a user reads
+    the last lines first."""
+    if workflow.output_settings.verbose:
+        raise WorkflowError(message)
+    print(message, file=sys.stderr)
+    sys.exit(1)
+
+
+try:
+    validate(config, schema="../schemas/config.schema.yaml")
+except WorkflowError as err:
+    refuse(str(err))
 
 CONDA_ENV = "../envs/inferlab.yaml"
 
+from inferlab.corpus.check import corpus_check
 from inferlab.jobs import configcheck
+
+# what the corpus check found, kept between Snakemake starts by the file's size and mtime
+CORPUS_CHECK_CACHE = Path(".snakemake/inferlab/corpus-check.json")
 
 
 def _check_config():
-    """Every cross-key rule (inferlab/jobs/configcheck.py), before any job can delete an output."""
-    stats = configcheck.current_corpus_stats(CORPUS["stats"], corpus_source())
+    """Every cross-key rule (inferlab/jobs/configcheck.py) and the corpus as prepare_corpus would take it
+    (inferlab/corpus/check.py), before any job can delete an output."""
+    source = Path(corpus_source())
+    stats = None
+    if source.is_file() and source.stat().st_size:  # else configcheck names the path, or the download makes it
+        stats = corpus_check(source, config["corpus"]["val_fraction"], config["corpus"]["vocab_size"],
+                             CORPUS_CHECK_CACHE)
     try:
         configcheck.check_config(config, corpus_stats=stats)
     except configcheck.ConfigError as err:
-        raise WorkflowError(str(err)) from None
+        refuse(str(err))
 
 
 CORPUS_DIR = "results/corpus"
