@@ -265,6 +265,29 @@ def test_the_same_machine_line_and_the_machine_heading_agree(tmp_path, fingerpri
     assert runs_machine_text(old, new, None, None) == machine
 
 
+def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_path):
+    """On another machine every timing is not comparable, as expected: one line, the groups folded under it;
+    a change with another cause stays open beside it. The tables name metrics and noise as a reader would."""
+    from inferlab.report.opening import change_groups
+    from inferlab.review.diff import runs_machine_text
+
+    old, old_record = make_run(tmp_path / "old")
+    new, new_record = make_run(tmp_path / "new", fingerprint="f01", damp=0.05,
+                               drift={("kvcache", "16 cache"): 0.05})
+    machine = runs_machine_text(old, new, old_record, new_record)
+    d = verdicts.diff_metrics(old, new, old_record, new_record)
+    blocks = change_groups(d, machine)
+    assert blocks[0][:2] == ("details", "1 timing metric not comparable: another machine (fingerprint f00 → f01)")
+    folded = blocks[0][2]
+    assert folded[0][0] == "cause" and "ms/token" in folded[1][1]["metric"].tolist()
+    assert folded[1][1]["noise"].tolist() == ["rep range"]
+    opened = [b for b in blocks[1:] if b[0] == "cause"]
+    assert opened and opened[0][1].startswith("config: quantization.gptq.damp 0.01 → 0.05"), blocks
+    same = change_groups(verdicts.diff_metrics(old, make_run(tmp_path / "same", damp=0.05)[0], old_record,
+                                               new_record), None)
+    assert all(b[0] != "details" for b in same)
+
+
 def test_a_hand_altered_deterministic_value_is_unexplained_and_heads_the_diff(tmp_path):
     old, old_record = make_run(tmp_path / "old")
     altered = old.copy()

@@ -529,7 +529,7 @@ def test_the_corpus_check_is_kept_by_size_and_mtime(tmp_path):
     corpus.write_text(synthetic_corpus(n_chapters=3), encoding="utf-8")
     first = corpus_check(corpus, 0.1, 20, cache)
     assert "problem" not in first and json.loads(cache.read_text())
-    corpus.write_bytes(corpus.read_bytes() + "中".encode("utf-8")[:2])  # ends inside a character
+    corpus.write_bytes(corpus.read_bytes() + "中".encode()[:2])  # ends inside a character
     second = corpus_check(corpus, 0.1, 20, cache)
     assert "ends inside a character" in second["problem"] and second["raw_sha256"] != first["raw_sha256"]
     assert corpus_check(corpus, 0.1, 20, cache) == second

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from inferlab.report.display import display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.review.diff import Changes
@@ -32,6 +33,7 @@ from inferlab.review.diff_summary import (
 )
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.staleness import STALE, lineage_table, mark_disagreements, stale_inputs, stamp_disagreements
+from inferlab.review.verdicts import NOT_COMPARABLE
 
 STALE_STATUS = "stale"
 CHANGES_FIGURE = "changes_overlay"
@@ -112,11 +114,12 @@ def changes_table(shown: pd.DataFrame) -> pd.DataFrame:
     """Rows of the diff as the report shows them."""
     texts = shown["old_text"].notna() | shown["new_text"].notna()  # a status or a choice: no Δ
     return pd.DataFrame({
-        "verdict": shown["verdict"], "experiment": shown["experiment"], "metric": shown["metric"],
+        "verdict": shown["verdict"], "experiment": shown["experiment"], "metric": shown["metric"].map(display_name),
         "key": shown["key"],
         "old": [_value(v, t) for v, t in zip(shown["old"], shown["old_text"], strict=True)],
         "new": [_value(v, t) for v, t in zip(shown["new"], shown["new_text"], strict=True)],
-        "Δ": shown["delta"].mask(texts), "Δ%": shown["delta_pct"].mask(texts), "noise": shown["noise_kind"],
+        "Δ": shown["delta"].mask(texts), "Δ%": shown["delta_pct"].mask(texts),
+        "noise": shown["noise_kind"].map(display_name),
     })
 
 
@@ -135,14 +138,24 @@ def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tup
 
 def change_groups(diff: pd.DataFrame, machine: str | None = None, listed: int = 8) -> list[tuple]:
     """Per cause, its heading line, each further cause as a line of its own, and a short table of what
-    it moved: one config edit is one line."""
+    it moved: one config edit is one line. Timings that only another machine makes not comparable are
+    one line, their groups folded under it: on another machine that is expected, not a change."""
     blocks: list[tuple] = []
+    folded: list[tuple] = []
+    count = 0
     shown = needs_look(diff)
     for _, cause, rows in cause_groups(shown):
         heading, also = cause_lines(cause, machine)
         more = f" (the first {listed} of {len(rows)})" if len(rows) > listed else ""
-        blocks += [("cause", f"{heading} — moved {len(rows)} metric(s)", also),
-                   ("table", changes_table(rows.head(listed)), f"Metrics with this cause{more}")]
+        group = [("cause", f"{heading} — moved {len(rows)} metric(s)", also),
+                 ("table", changes_table(rows.head(listed)), f"Metrics with this cause{more}")]
+        only_the_machine = machine and (rows["verdict"] == NOT_COMPARABLE).all() and rows["timing"].all()
+        (folded if only_the_machine else blocks).extend(group)
+        count += len(rows) if only_the_machine else 0
+    if folded:
+        plural = "s" if count != 1 else ""
+        blocks.insert(0, ("details", f"{count} timing metric{plural} not comparable: another machine ({machine})",
+                          folded))
     rest = shown[shown["cause"].isna()]
     if len(rest):
         blocks.append(("table", changes_table(rest.head(listed)), "Added or removed metrics"))

@@ -79,6 +79,8 @@ def block_view(doc: Document, block: tuple) -> dict:
         return {"kind": kind, "heading": FINDINGS_HEADING, "sentences": list(block[1])}
     if kind == "cause":
         return {"kind": kind, "text": block[1], "also": list(block[2])}
+    if kind == "details":  # (summary, folded blocks): one line, opened on demand
+        return {"kind": kind, "text": block[1], "inner": [block_view(doc, b) for b in block[2]]}
     return {"kind": kind, "text": block[1]}
 
 

@@ -39,6 +39,9 @@ def block_lines(doc: Document, block: tuple, figure_dir: str, appendix_dir: str)
         return [f"*{block[1]}*", ""]
     if kind == "cause":
         return [f"**{block[1]}**", "", *[f"- also {line}" for line in block[2]], *([""] if block[2] else [])]
+    if kind == "details":
+        inner = [line for b in block[2] for line in block_lines(doc, b, figure_dir, appendix_dir)]
+        return [f"<details><summary>{block[1]}</summary>", "", *inner, "</details>", ""]
     if kind == "warning":
         return [f"> **Warning:** {block[1]}", ""]
     if kind == "pair":
