@@ -32,6 +32,8 @@ pytest.importorskip("snakemake_executor_plugin_slurm", reason="pinned in require
 def _workdir(path: Path) -> Path:
     link_workflow(path)
     (path / "corpus.txt").write_text(synthetic_corpus(n_chapters=4, paragraphs=3), encoding="utf-8")
+    # a vocabulary this small corpus fills: the parse-time corpus check refuses one it cannot
+    (path / "fits.yaml").write_text("corpus: {val_fraction: 0.1, vocab_size: 120}\n", encoding="utf-8")
     return path
 
 
@@ -43,7 +45,7 @@ def workdir(tmp_path_factory):
 def _snakemake(workdir: Path, *args: str, config: str = "") -> str:
     """`config` is YAML merged over the quick config."""
     (workdir / "extra.yaml").write_text(config or "{}\n", encoding="utf-8")
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", "config/quick.yaml", "extra.yaml",
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", "config/quick.yaml", "fits.yaml", "extra.yaml",
            "--config", "corpus_path=corpus.txt", *args]
     result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "INFERLAB_QUIET": "1"})
