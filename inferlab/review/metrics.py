@@ -271,7 +271,7 @@ def probe_calibration(probes: pd.DataFrame | None) -> dict[str, float]:
     return {k: float(v) for k, v in rates.items() if not _is_nan(float(v))}
 
 
-# One builder per report table key (inferlab.report.inputs.TABLE_PATHS).
+# One builder per report table key (REPORT_TABLES in workflow/rules/report.smk).
 TABLE_ROWS: dict[str, Callable[[pd.DataFrame | None], list[dict]]] = {
     "kv_summary": kv_summary_rows, "kv_fit": kv_fit_rows, "roofline": roofline_rows,
     "sp_distribution": sp_distribution_rows, "sp_repetition": sp_repetition_rows, "sp_default": sp_default_rows,

@@ -1,7 +1,7 @@
 """Which tables and metric experiments each milestone stands on: written once, read by the
 milestone checks, the staleness check, the metrics table's stamps and the diff's cards.
 
-Table keys are those of inferlab.report.inputs.TABLES; experiments are the `experiment` column of
+Table keys are those of REPORT_TABLES (workflow/rules/report.smk); experiments are the `experiment` column of
 results/metrics.parquet. Torch-free and import-free, so every layer can read it.
 """
 
