@@ -1,7 +1,8 @@
 """A noise-aware diff of two runs' metrics tables: what changed, and is it real?
 
     python -m inferlab.review.diff [OLD] [NEW]      # Markdown to the terminal
-    python -m inferlab.review.diff --pin            # refresh the reference pinned in git
+    python -m inferlab.review.diff --pin            # refresh the reference pinned in git (tools/readme_results.py
+                                                    # --pin does this and rewrites the README's results table)
 
 OLD and NEW are metrics.parquet files or ledger entries (results/history/<run_id>/). NEW defaults
 to results/metrics.parquet (else the latest ledger entry); OLD to the ledger entry before NEW,
@@ -144,7 +145,8 @@ def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
     except ledger.UnreadableRecord as err:
         return Changes(None, None, f"## Changes since …\n\nNo comparison: {err}. The comparison material "
                        "is optional, so this report was built without it; repair or remove that file "
-                       "(re-pin the reference with `python -m inferlab.review.diff --pin`).\n", None)
+                       "(re-pin the reference with `.venv/bin/python tools/readme_results.py --pin`, which also "
+                       "rewrites the README's results table).\n", None)
     return compare(old_path, old, new, new_record, "this run", new_config)
 
 
@@ -190,7 +192,7 @@ def default_old(new_path: Path | None, new_table: pd.DataFrame, history: Path, r
     if reference.is_file():
         return reference
     raise FileNotFoundError(f"nothing to compare with: no earlier entry in {history} and no pinned reference "
-                            f"{reference} (pin one with `python -m inferlab.review.diff --pin`)")
+                            f"{reference} (pin one with `.venv/bin/python tools/readme_results.py --pin`)")
 
 
 def _label(path: Path) -> str:
