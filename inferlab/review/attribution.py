@@ -9,7 +9,7 @@ recorded difference, most specific first:
               versions moved);
   3. input:   an input that moved, with that input's own causes (a file without lineage of its
               own, such as the corpus, by its sha256); inputs moved by the same cause read as one;
-  4. machine: the same job ran on another machine (same_machine: another hardware fingerprint or device).
+  4. machine: the same job ran on another machine (same_machine: another fingerprint, device or host).
 A job's own change does not hide the others: a job whose code changed while it read a checkpoint
 retrained on another CPU names both, since either can have moved its numbers.
 A deterministic metric that moved with none of these recorded is **unexplained**: the lab is
@@ -139,8 +139,7 @@ def code_changes(rule: str, old_rule: Mapping | None, new_rule: Mapping | None) 
 
 def same_machine(old: Mapping, new: Mapping) -> bool:
     """The one definition of "the same machine" that the diff, the report and the causes use."""
-    fingerprinted = [bool(stamp.get("fingerprint")) for stamp in (old, new)]
-    fields = IDENTITY_FIELDS if any(fingerprinted) else UNFINGERPRINTED_IDENTITY
+    fields = IDENTITY_FIELDS if old.get("fingerprint") or new.get("fingerprint") else UNFINGERPRINTED_IDENTITY
     return all(old.get(field) == new.get(field) for field in fields)
 
 

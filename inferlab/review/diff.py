@@ -26,7 +26,7 @@ from inferlab.review import ledger
 from inferlab.review.attribution import leaf_changes, machine_changes, shown_value
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.diff_summary import to_markdown
-from inferlab.review.metrics import MACHINE_COLUMNS
+from inferlab.review.metrics import MACHINE_COLUMNS, stamp_of_columns
 from inferlab.review.verdicts import diff_metrics
 
 DEFAULT_NEW = Path("results/metrics.parquet")
@@ -114,7 +114,7 @@ def _one_machine(table: pd.DataFrame) -> dict | None:
     stamps = table[columns].dropna(how="all").drop_duplicates()
     if len(stamps) != 1:
         return None
-    return {column.removeprefix("machine_"): value for column, value in stamps.iloc[0].dropna().items()}
+    return stamp_of_columns(stamps.iloc[0])
 
 
 def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: dict | None,

@@ -34,6 +34,16 @@ STAMP_COLUMNS = ["model", "checkpoint_sha256", "machine_cpu_model", "machine_dev
                  "machine_node", "machine_fingerprint", "repeats", "baseline", "contended"]
 # The machine columns a timing is only comparable across when they are equal.
 MACHINE_COLUMNS = ["machine_cpu_model", "machine_device", "machine_device_name", "machine_node", "machine_fingerprint"]
+
+
+def stamp_of_columns(values) -> dict:
+    """{machine column: value} (a metric row's, or a run's) as the machine stamp it was written from;
+    missing values are absent keys."""
+    return {column.removeprefix("machine_"): value for column, value in values.items()
+            if column in MACHINE_COLUMNS and not (value is None or value is pd.NA
+                                                 or (isinstance(value, float) and math.isnan(value)))}
+
+
 # This run's roofline probe on every row: a speed calibration that tells two VMs of one kind apart.
 CALIBRATION_COLUMNS = {"bandwidth_GB_per_s": "calibration_bandwidth_GB_per_s",
                        "peak_GFLOP_per_s": "calibration_peak_GFLOP_per_s"}

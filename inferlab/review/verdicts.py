@@ -48,6 +48,7 @@ from inferlab.review.metrics import (
     NOISE_FLOOR,
     REP_RANGE,
     identical,
+    stamp_of_columns,
 )
 from inferlab.review.staleness import STALE
 
@@ -75,8 +76,8 @@ def _contended(row: pd.Series, side: str) -> bool:
 
 
 def _machine_stamp(row: pd.Series, side: str) -> dict:
-    """A metric's machine columns as a stamp (the fields machine_changes reads)."""
-    return {c.removeprefix("machine_"): (None if missing(v := row.get(f"{c}_{side}")) else v) for c in MACHINE_COLUMNS}
+    """A metric's machine columns on one side of the diff, as a stamp (the fields machine_changes reads)."""
+    return stamp_of_columns({c: row.get(f"{c}_{side}") for c in MACHINE_COLUMNS})
 
 
 def _machine_differs(row: pd.Series) -> bool:
