@@ -9,6 +9,7 @@ include: "workflow/rules/training.smk"
 include: "workflow/rules/kvcache.smk"
 include: "workflow/rules/sampling.smk"
 include: "workflow/rules/speculative.smk"
+include: "workflow/rules/graphs.smk"
 include: "workflow/rules/quant.smk"
 include: "workflow/rules/report.smk"
 

@@ -10,6 +10,7 @@ from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.engine import make_engine
 from inferlab.core.generate import generate
+from inferlab.core.packages import graph_dirs
 from inferlab.core.timing import BURST_IN_WORDS
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
@@ -32,7 +33,7 @@ positions = step_positions(prompt.size(1), p.max_length, p.points)
 before = load_snapshot()
 steps, profiles, engines = [], [], {}
 for name in p.engines:
-    engine = make_engine(name)
+    engine = make_engine(name, graph_dirs=graph_dirs(smk.input))
     print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
     # warm-up >= 1, so a compiled engine's compilation stays out of the timed reps
     steps.append(time_steps(model, sequence, positions, p.reps, max(1, p.warmup), device, progress_file=log,

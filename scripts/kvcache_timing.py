@@ -8,6 +8,7 @@ import pandas as pd
 from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.engine import make_engine
+from inferlab.core.packages import graph_dirs
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
@@ -26,7 +27,7 @@ prompt, unk = encode_prompt(load_vocabulary(smk.input.vocab), smk.params.prompt,
 before = load_snapshot()
 tables, engines = [], {}
 for name in smk.params.engines:
-    engine = make_engine(name)
+    engine = make_engine(name, graph_dirs=graph_dirs(smk.input))
     print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
     tables.append(time_generation(model, prompt, smk.params.length, smk.params.reps, max(1, smk.params.warmup),
                                   device, progress_file=log, engine=engine))

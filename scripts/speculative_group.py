@@ -8,7 +8,8 @@ import pandas as pd
 
 from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.checkpoint_meta import model_stamp
-from inferlab.core.engine import CompiledEngine, make_engine
+from inferlab.core.engine import make_engine
+from inferlab.core.packages import graph_dirs
 from inferlab.core.timing import BURST_IN_WORDS
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.contention import contention_stamp, load_snapshot, rep_spread
@@ -17,15 +18,9 @@ from inferlab.jobs.lineage import job_lineage
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.stamps import job_stamps
 from inferlab.jobs.tables import write_table
-from inferlab.speculative.bench import (
-    compile_decoders,
-    encode_prompts,
-    run_forward_timing,
-    run_greedy_identity,
-    run_group,
-)
-from inferlab.speculative.compile_ahead import forward_timing_compiled_beside
+from inferlab.speculative.bench import run_forward_timing, run_greedy_identity, run_group
 from inferlab.speculative.decode import SamplingSettings
+from inferlab.speculative.forwards import encode_prompts, forward_timing_context
 
 smk = snakemake  # noqa: F821
 log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.params.items(), smk.input))
@@ -37,20 +32,14 @@ target, target_meta = load_checkpoint(target_dir, expected_vocab_sha256=vocab_sh
 draft, draft_meta = load_checkpoint(draft_dir, expected_vocab_sha256=vocab_sha256)
 prompts = encode_prompts(vocab, p.prompts)
 settings = SamplingSettings(temperature=p.temperature, top_p=p.top_p)
-context = max(len(x["ids"]) for x in prompts) + p.new_tokens // 2
+context = forward_timing_context(prompts, p.new_tokens)
 
 before = load_snapshot()
 tables: dict[str, list[pd.DataFrame]] = {"runs": [], "target_only": [], "greedy": [], "forward": []}
 engines = {}
 for name in p.engines:
-    engine = make_engine(name)
+    engine = make_engine(name, graph_dirs=graph_dirs(smk.input))
     print(f"engine {name}: running {engine.engine_used} {engine.engine_fallback_reason or ''}", file=log, flush=True)
-    if isinstance(engine, CompiledEngine):  # its graphs first, two at a time, before anything is timed
-        with forward_timing_compiled_beside(engine, {
-                "target_dir": str(target_dir), "vocab_sha256": vocab_sha256, "draft_dir": str(draft_dir),
-                "context": context, "k": p.k,
-                "settings": vars(settings)}):
-            compile_decoders(target, draft, prompts[0], p.new_tokens, p.k, settings, engine)
     runs, target_only = run_group(target, draft, prompts, p.seeds, p.new_tokens, p.k, settings, p.timing_reps,
                                   progress_file=log, engine=engine)
     tables["runs"].append(runs)

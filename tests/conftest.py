@@ -8,12 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.core.graph_cache import pin_cacheable_freezing
-
-# Each job process pins this before its first compile; a test process pins it once, so that the
-# order in which a worker meets engines (template or default lowering) changes nothing.
-pin_cacheable_freezing()
-
 ROOT = Path(__file__).resolve().parent.parent
 CHINESE_NUMERALS = "一二三四五六七八九十"
 

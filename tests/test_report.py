@@ -195,13 +195,10 @@ SPEC_COMPILE_S = {("c1_dim64", 1): 60.0, ("c1_dim64", 3): 130.0, ("c1_dim128", 1
 
 def spec_tables(all_identical: bool = True, contended: bool = False,
                 compiled_step_scale_by_k: dict[int, float] | None = None,
-                graphs_from_cache: int = 0, graphs_compiled_beside: int = 0,
                 draft_forms: dict[int, str] | None = None) -> dict[str, pd.DataFrame]:
     """speculative_summary.summarise per engine and best_groups_by_engine, as speculative_summary runs them,
     over run counters written as the group jobs write them. compiled_step_scale_by_k: the machine's
     slowdown in the compiled engine's group jobs of that k (their own target step scales with it).
-    graphs_from_cache: how many of each compiled job's four graphs inductor loaded from its cache;
-    graphs_compiled_beside: how many of the others a helper process compiled beside the job.
     draft_forms: k -> the form of the compiled rounds' draft projections (the same for both k unless told)."""
     draft_forms = draft_forms or {1: "template GEMMs", 3: "template GEMMs"}
     runs, forward, ident, baseline = [], [], [], []
@@ -240,9 +237,7 @@ def spec_tables(all_identical: bool = True, contended: bool = False,
     summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
                         pd.DataFrame(baseline), params=params, target_name="ref_baseline")
     summary = speculative_summary.with_step_bounds(summary, SPEC_STEP_BOUNDS, "ref_baseline", SPEC_VERIFY_BOUNDS)
-    stamps = {(draft, k, engine): {"compile_ms_total": 1e3 * SPEC_COMPILE_S[draft, k], "graphs_from_cache":
-                                   graphs_from_cache, "graphs_compiled": 4 - graphs_from_cache,
-                                   "graphs_compiled_beside": graphs_compiled_beside}
+    stamps = {(draft, k, engine): {"package_compile_ms_total": 1e3 * SPEC_COMPILE_S[draft, k], "packages": 4}
               if engine == "compiled" else {"compile_ms_total": 0.0}
               for engine in SPEC_WALL for draft in DRAFTS for k in (1, 3)}
     summary = speculative_summary.with_compile_seconds(summary, stamps)
@@ -551,29 +546,13 @@ def test_m3_holds_the_compiled_drafts_cost_and_each_jobs_compile_time_to_their_t
     compiled = m.verdict_parts[2][1]
     assert (f"the draft-cost target (c by time at most {COMPILED_DRAFT_C_TARGET:.2f} for c1_dim64) is met "
             "(c 0.09-0.09 as a call of its own, 0.05-0.05 inside a round's graph)") in compiled
-    assert (f"the compile-time target (at most {COMPILE_TARGET_S:.0f} s per group job) is not met "
-            "(longest c1_dim64 k=3, 130 s; 0 of 16 graphs loaded from inductor's on-disk cache)") in compiled
+    assert (f"the compile-time target (at most {COMPILE_TARGET_S:.0f} s for a group's packages) is not met "
+            "(longest c1_dim64 k=3, 130 s over its 4 packages, built by the compile rules)") in compiled
     ev = m.evidence["engines"]["compiled"]
     assert ev["draft_c_target_met"] and ev["compile_target_met"] is False and ev["compile_s_max"] == 130.0
-    # later jobs load graphs earlier ones compiled, as in any run: still judged, the loads quoted
-    shared = check_m3(full_data(**spec_tables(graphs_from_cache=1)), MACHINE)
-    assert ("is not met (longest c1_dim64 k=3, 130 s; 4 of 16 graphs loaded from inductor's on-disk cache)"
-            in shared.verdict_parts[2][1])
-    # a helper process compiled three of each job's graphs beside it: compiled all the same, and said so
-    beside = check_m3(full_data(**spec_tables(graphs_compiled_beside=3)), MACHINE)
-    assert ("is not met (longest c1_dim64 k=3, 130 s; 0 of 16 graphs loaded from inductor's on-disk cache, 12 "
-            "compiled in a helper process beside their job's decoders (the job's wait for it counted))"
-            in beside.verdict_parts[2][1])
-    # jobs that compiled nothing ran on an earlier run's graphs: their times are loads, not judged
-    warm = check_m3(full_data(**spec_tables(graphs_from_cache=4)), MACHINE)
-    assert (f"the compile-time target (at most {COMPILE_TARGET_S:.0f} s per group job) is not judged in this run: "
-            "4 group job(s) compiled nothing themselves (longest c1_dim64 k=3, 130 s; 16 of 16 graphs loaded") \
-        in warm.verdict_parts[2][1]
-    assert warm.evidence["engines"]["compiled"]["compile_target_met"] is None
     from inferlab.report.sections.speculative import compiled_targets_table
-    cold_row, warm_row = (compiled_targets_table(each.evidence["engines"]["compiled"]).iloc[-1] for each in (m, warm))
-    assert cold_row["verdict"] == "not met" and warm_row["verdict"] == "not judged (graphs from an earlier run)"
-    assert cold_row["measured"].endswith("0 of 16 graphs from inductor's cache")
+    row = compiled_targets_table(ev).iloc[-1]
+    assert row["verdict"] == "not met" and row["measured"].endswith("(longest c1_dim64 k=3, 4 packages)")
     assert "draft-cost target" not in m.verdict_parts[2][0]  # the targets are the compiled engine's
     # the k = 3 jobs ran their target step twice as fast: c doubles there, above the target
     slow = check_m3(full_data(**spec_tables(compiled_step_scale_by_k={3: 0.5})), MACHINE)
@@ -596,7 +575,7 @@ def test_experiment_3_tables_the_compiled_engines_targets_from_m3s_evidence():
     assert table["measured"].tolist() == [
         f"{ev['best_wall_speedup']:.2f}× ({ev['best_wall_group']})", "1.20/1.20 at k = 1/3",
         "0.09–0.09 as a call, 0.05–0.05 inside a round",
-        "60–130 s (longest c1_dim64 k=3), 0 of 16 graphs from inductor's cache"]
+        "60–130 s (longest c1_dim64 k=3, 4 packages)"]
     # at the roofline: the best group at the bounds, the verification's bound, c1_dim64's step bound over the target's
     assert table["at the roofline"].tolist()[1:3] == ["1.00/2.00 at k = 1/3", "0.10"]
     assert table["at the roofline"].iloc[0] == f"{ev['speedup_at_bound']:.2f}× ({ev['speedup_at_bound_group']})"
@@ -908,7 +887,7 @@ def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
     from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
     from inferlab.report.milestones.kv_explanation import engine_comparison, kv_explanation
 
-    split = dict(zip(STEP_SPLIT_COLUMNS, (1.0, 0.25, 0.05, 0.02, 0.18, 0.5, 31), strict=True))
+    split = dict(zip(STEP_SPLIT_COLUMNS, (1.0, 0.25, 0.25, 0.5, 31), strict=True))
     profile = pd.DataFrame([{"op_share": 0.9, "op_ms": 0.55, "wall_ms": 0.615, **split}])
     _, ev = kv_explanation({"length": 256, "ratio": 2.0}, None, profile, None)
     assert ev["step_split"] == split
@@ -918,5 +897,5 @@ def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
     text = engine_comparison({"eager": {**eager_ev, "length": 256, "ratio": 3.0},
                               "compiled": {**ev, "length": 256, "ratio": 2.0}})
     assert ("profiled with an event per kernel (1.000 ms a step there, the profiler's own cost included), a step "
-            "spends 50% of its time in its 31 kernels and library calls, 18% in the graph's code between them, 2% "
-            "in the wrappers around the graph, 5% on dynamo's guards and 25% in the Python before the wrappers") in text
+            "spends 50% of its time in its 31 kernels and library calls, 25% in the package's code between them "
+            "and 25% in our Python around the call") in text

@@ -22,13 +22,13 @@ from inferlab.speculative.bench import run_forward_timing
 from inferlab.speculative.decode import (
     SamplingSettings,
     autoregressive_decode,
-    forward_calls,
     overlap,
     residual_probs,
     speculative_decode,
     verify_greedy,
     verify_sampled,
 )
+from inferlab.speculative.forwards import forward_calls
 from inferlab.speculative.summary import (
     best_groups,
     expected_tokens_per_round,
@@ -435,22 +435,19 @@ def test_a_verifications_bound_grows_with_its_rows_once_its_arithmetic_outlasts_
         [theoretical_speedup(expected_tokens_per_round(0.6, k), k, 0.1) for k in (1, 4)])
 
 
-def test_each_groups_compile_time_comes_from_its_own_jobs_engine_stamp():
+def test_each_groups_compile_time_is_that_of_the_packages_its_job_ran():
     summary = pd.DataFrame([{"draft": d, "k": k, "engine": e} for d in ("a", "b") for k in (1, 4)
                             for e in ("eager", "compiled")])
-    compiled = {("a", 1): (65_000.0, 4, 0), ("a", 4): (121_500.0, 3, 1), ("b", 1): (30_000.0, 0, 4)}
-    stamped = {(d, k, "compiled"): {"compile_ms_total": ms, "graphs_compiled": n, "graphs_from_cache": cached}
-               for (d, k), (ms, n, cached) in compiled.items()}
-    stamped[("a", 4, "compiled")]["graphs_compiled_beside"] = 2  # two of its three in a helper process
+    compiled = {("a", 1): (65_000.0, 4), ("a", 4): (121_500.0, 3), ("b", 1): (30_000.0, 5)}
+    stamped = {(d, k, "compiled"): {"package_compile_ms_total": ms, "packages": n}
+               for (d, k), (ms, n) in compiled.items()}
     stamped |= {(d, k, "eager"): {"compile_ms_total": 0.0} for d, k in compiled}
     table = with_compile_seconds(summary, stamped).set_index(["draft", "k", "engine"])
     rows = table["compile_s"]
-    assert rows["a", 4, "compiled"] == 121.5 and rows["b", 1, "compiled"] == 30.0 and rows["a", 1, "eager"] == 0.0
+    assert rows["a", 4, "compiled"] == 121.5 and rows["b", 1, "compiled"] == 30.0
     assert math.isnan(rows["b", 4, "compiled"])  # a job whose stamp is missing is not taken as free
-    assert table.loc[("b", 1, "compiled"), ["graphs_compiled", "graphs_from_cache"]].tolist() == [0, 4]
-    assert table.loc[("a", 4, "compiled"), ["graphs_from_cache", "graphs_compiled_beside"]].tolist() == [1, 2]
-    assert math.isnan(table.loc[("b", 1, "compiled"), "graphs_compiled_beside"])  # a stamp from before the helper
-    assert math.isnan(table.loc[("a", 1, "eager"), "graphs_from_cache"])  # eager compiles nothing to count
+    assert table.loc[("b", 1, "compiled"), "packages"] == 5
+    assert math.isnan(table.loc[("a", 1, "eager"), "packages"])  # eager runs no package
 
 
 def test_best_groups_puts_the_choice_first():

@@ -3,8 +3,9 @@
 Usage: .venv/bin/python tools/bench_engine.py [--rows 1 2 3 5 9] [--reps 40] [--context 247]
                                               [--variants ...] [--ks 2 4] [--out table.parquet]
 
---out writes the forward table as Parquet with its machine stamp and settings (the rounds
-table beside it, as <name>-rounds.parquet). The committed reports/reference/engine-bench.parquet
+--out writes the forward table as Parquet with its machine stamp and settings (the call-cost and
+rounds tables beside it, as <name>-calls.parquet and <name>-rounds.parquet). The committed
+reports/reference/engine-bench.parquet
 is what Experiment 1's section quotes and the report's appendix holds; rerun it on a quiet
 machine after an engine change.
 
@@ -19,19 +20,15 @@ and minima.
 Variants of the forward (the compiled ones record what inductor generated, so a variant that
 did not reach inductor's C++ GEMM template shows 0 template kernels):
 - eager: GPT.forward with the growing cache;
-- reductions: the previous compiled engine's projections (<= 2 rows as reductions, MKL GEMM
-  beyond), weights as graph inputs (not frozen), today's masked attention; its reductions are
-  today's (static_forward.rows_times_weight, summed over the transposed weight, which a graph
-  whose weights are inputs reads strided), where the committed table's summed along K;
-- frozen_gemm: weights frozen, the C++ GEMM template for every row count, the graph's own code
-  between kernels in Python (the compiled engine until cpp_wrapper became its default);
-- through_dynamo: frozen_gemm with the graph's own code in C++ (inductor's cpp_wrapper), every call
-  through torch.compile's entry and dynamo's guards (the compiled engine before it called seen graphs
-  straight);
-- cpp_wrapper: today's compiled engine, through_dynamo but a call whose graph the engine has seen
-  runs it straight (core/direct_calls.py);
-- one_thread, serial_loops (only when named in --variants): today's engine with inductor's cpp.threads = 1,
-  and with cpp.min_chunk_size = 65536 (small loops run serially), the threads-per-graph probes.
+- compiled: the compiled engine, each forward an AOTInductor package (core/packages.py) called through
+  the engine's session;
+- one_thread, serial_loops (only when named in --variants): the compiled engine with inductor's
+  cpp.threads = 1, and with cpp.min_chunk_size = 65536 (small loops run serially), the threads-per-graph
+  probes.
+The call-cost table times one package three ways on the same inputs: through the engine's session, its
+loader called directly (what the engine calls), and AOTInductor's own Python runner (which flattens
+the arguments with pytree on every call). The torch.compile engine this replaced was measured once, in
+reports/reference/engine-bench-torch-compile.parquet.
 Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
 compiled steps (reference) and as one graph (fused), and the fused target-only step beside them.
 """
@@ -42,13 +39,14 @@ import argparse
 import datetime
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine
+from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine, model_label
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.machine import machine_stamp
@@ -58,22 +56,50 @@ from inferlab.speculative.decode import SamplingSettings, autoregressive_decode,
 MODELS = {"ref_baseline": 256, "c1_dim128": 128, "c1_dim64": 64}
 VARIANTS = {
     "eager": ("eager", {}),
-    "reductions": ("compiled", {"inductor_options": {}, "freeze_weights": False, "gemv_max_rows": 2}),
-    "cpp_wrapper": ("compiled", {}),
-    "frozen_gemm": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp_wrapper": False}}),
-    "through_dynamo": ("compiled", {"call_straight": False}),
-    # threads per graph, measured and not taken (docs/engines.md): each graph's kernels on one thread, and
-    # loops too small to split kept serial
-    "one_thread": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.threads": 1}}),
+    "compiled": ("compiled", {}),
+    # threads per graph, measured and not taken (docs/engines.md): each graph's kernels on one thread
+    # (blocked for one), and loops too small to split kept serial
+    "one_thread": ("compiled", {"threads": 1}),
     "serial_loops": ("compiled", {"inductor_options": {**DEFAULT_INDUCTOR_OPTIONS, "cpp.min_chunk_size": 65536}}),
 }
-# the committed table's, today's engine last: the report quotes the last variant as the engine's
-TABLED_VARIANTS = ["eager", "reductions", "frozen_gemm", "through_dynamo", "cpp_wrapper"]
+# the committed table's, the compiled engine last: the report quotes the last variant as the engine's
+TABLED_VARIANTS = ["eager", "compiled"]
 
 
 def build_engine(variant: str):
     name, options = VARIANTS[variant]
-    return make_engine(name, check=False, **options)
+    return make_engine(name, **options)
+
+
+def call_cost_table(models: dict[str, GPT], context: int, reps: int) -> pd.DataFrame:
+    """ms per call of each model's one-row step package: through the engine's session, its loader
+    called directly, and AOTInductor's Python runner, interleaved call by call on the same tensors."""
+    engine = make_engine("compiled")
+    records = []
+    for model_name, model in models.items():
+        session = engine.open(model, 1)
+        ids = torch.randint(model.config.vocab_size, (1, context + 1))
+        session.forward(ids[:, :context], 0)
+        token, positions = ids[:, context:].clone(), torch.tensor([context])
+        session.forward(token, context)  # builds its package
+        bucket = context_bucket(context + 1, model.config.max_seq_len)
+        path = next(engine.build_dir.glob(f"{model_label(model)}_T1_B1_S{bucket}-*.pt2"))
+        loaded = torch._inductor.aoti_load_package(str(path))
+        tensors = [token, positions, *session.k_caches, *session.v_caches]
+        ways = {"engine session": partial(session.forward, token, context),
+                "loader directly": partial(loaded.loader.run, tensors),
+                "python runner": partial(loaded, *tensors)}
+        times: dict[str, list[float]] = {way: [] for way in ways}
+        for _ in range(reps):
+            for way, call in ways.items():
+                start = time.perf_counter()
+                call()
+                times[way].append((time.perf_counter() - start) * 1e3)
+        records += [{"model": model_name, "way": way, "median_ms": statistics.median(values), "min_ms": min(values)}
+                    for way, values in times.items()]
+    table = pd.DataFrame(records)
+    print(table.to_string(index=False), flush=True)
+    return table
 
 
 def forward_table(models: dict[str, GPT], variants: list[str], rows: list[int], context: int,
@@ -116,7 +142,7 @@ def round_table(models: dict[str, GPT], ks: list[int], reps: int, new_tokens: in
     particular: random weights, so rounds end early) and of target-only decoding."""
     target = models["ref_baseline"]
     prompt = list(range(1, 9))
-    eager, compiled = EagerEngine(), make_engine("compiled", check=False)
+    eager, compiled = EagerEngine(), make_engine("compiled")
     records = []
     for draft_name in ("c1_dim64", "c1_dim128"):
         draft = models[draft_name]
@@ -148,8 +174,8 @@ def round_table(models: dict[str, GPT], ks: list[int], reps: int, new_tokens: in
                         "median_ms_per_token": statistics.median(values), "min_ms_per_token": min(values)})
     table = pd.DataFrame(records)
     print(table.to_string(index=False), flush=True)
-    print("compile ms:", {k: round(v) for k, v in compiled.compile_ms.items()})
-    print("kernels:", compiled.kernels)
+    print("compile ms:", {label: round(ms) for label, ms in compiled.stamp()["compile_ms"].items()})
+    print("kernels:", compiled.stamp()["kernels"])
     return table
 
 
@@ -184,6 +210,7 @@ def main() -> None:
               "their ratios mix rows with attention span")
     print(f"threads={torch.get_num_threads()} reps={args.reps} context={args.context}")
     forwards = forward_table({m: models[m] for m in args.models}, args.variants, args.rows, args.context, args.reps)
+    calls = call_cost_table({m: models[m] for m in args.models}, args.context, 20 * args.reps)
     rounds = round_table(models, args.ks, args.round_reps) if args.ks else pd.DataFrame()
     if args.out:
         out = Path(args.out)
@@ -193,6 +220,7 @@ def main() -> None:
                                               "round_reps": args.round_reps, "ks": args.ks,
                                               "weights": "random, the lab's three shapes"}}
         write_table(forwards, out, provenance=provenance)
+        write_table(calls, out.with_name(out.stem + "-calls.parquet"), provenance=provenance)
         if len(rounds):
             write_table(rounds, out.with_name(out.stem + "-rounds.parquet"), provenance=provenance)
 

@@ -34,6 +34,7 @@ README = ROOT / "README.md"
 ENGINES_DOC = ROOT / "docs/engines.md"
 ENGINE_BENCH = ROOT / "reports/reference/engine-bench.parquet"
 ENGINE_ROUNDS = ROOT / "reports/reference/engine-bench-rounds.parquet"
+ENGINE_CALLS = ROOT / "reports/reference/engine-bench-calls.parquet"
 ENGINE_KEY = re.compile(r"^(?P<what>.*) \[(?P<engine>[a-z_]+)\]$")
 
 
@@ -256,9 +257,11 @@ def ms(median: float, low: float) -> str:
     return f"{median:.2f} ({low:.2f})"
 
 
-def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, provenance: dict) -> str:
+def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, provenance: dict,
+                       calls: pd.DataFrame | None = None) -> str:
     """docs/engines.md's tables of tools/bench_engine.py's committed run: ms per cached forward per
-    variant, and whole rounds; the last variant is the engine as it is."""
+    variant, what one package call costs three ways, and whole rounds; the last variant is the engine
+    as it is."""
     settings = provenance.get("settings") or {}
     variants = list(dict.fromkeys(forwards["variant"]))
     engine = variants[-1]
@@ -281,6 +284,14 @@ def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, prov
         kernels = ("" if own is None or pd.isna(own["kernel_launches"])
                    else f"{int(own['cpp_gemm_template'])} / {int(own['kernel_launches'])}")
         lines.append(f"| {model} | {int(rows)} | {' | '.join(cells)} | {kernels} |")
+    if calls is not None and len(calls):
+        ways = list(dict.fromkeys(calls["way"]))
+        lines += ["", "One step package (1 row) called three ways on the same tensors, interleaved call by call: "
+                  "median (min) ms per call.", "", f"| model | {' | '.join(ways)} |", "|---|" + "---|" * len(ways)]
+        for model, group in calls.groupby("model", sort=False):
+            by = group.set_index("way")
+            lines.append(f"| {model} | " + " | ".join(ms(by.loc[w, "median_ms"], by.loc[w, "min_ms"]) for w in ways)
+                         + " |")
     if rounds is not None and len(rounds):
         # target-only decoding has no reference round: its eager case is the eager column
         rounds = rounds.assign(case=rounds["case"].replace({"eager reference": "eager"}))
@@ -310,10 +321,11 @@ def block_for(reference: Path = REFERENCE, seed_path: Path = SEED) -> str:
                          json.loads(seed_path.read_text(encoding="utf-8")))
 
 
-def engine_bench_block_for(forwards: Path = ENGINE_BENCH, rounds: Path = ENGINE_ROUNDS) -> str:
+def engine_bench_block_for(forwards: Path = ENGINE_BENCH, rounds: Path = ENGINE_ROUNDS,
+                           calls: Path = ENGINE_CALLS) -> str:
     """docs/engines.md's block for the committed engine benchmark."""
     return engine_bench_block(pd.read_parquet(forwards), pd.read_parquet(rounds) if rounds.exists() else None,
-                              read_provenance(forwards))
+                              read_provenance(forwards), pd.read_parquet(calls) if calls.exists() else None)
 
 
 def current_block(name: str, path: Path) -> str | None:

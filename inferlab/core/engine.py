@@ -2,79 +2,64 @@
 
 - ``eager``: the seed-faithful baseline, ``GPT.forward`` with the growing-slice KV cache of
   ``inferlab.core.model``, dispatched op by op.
-- ``compiled``: the gpt-fast design (pytorch-labs/gpt-fast). A static KV buffer as long as
-  the model's context; every forward writes its keys/values at ``input_pos`` and attends over
-  the WHOLE buffer under a mask ``key_pos <= query_pos``, so no shape depends on the position
-  and ``torch.compile(fullgraph=True, dynamic=False)`` compiles each token count once. The
-  position travels as a tensor, so a new position is new data, not a recompile. Forwards of
-  the token counts in ``token_counts`` (1, the decode step, by default) run compiled; any other
-  length (the prefill) runs the same code eagerly, since each compile costs seconds. Each
-  model's weights are frozen into its graphs, and ``CompiledEngine.call`` compiles any other
-  function of models and tensors the same way: a whole speculative round, or a sampled step
-  (inferlab.speculative.fused). A call whose models and argument layout the engine has seen runs
-  the graph inductor compiled for it straight, without torch.compile's entry and dynamo's guards
-  (inferlab.core.direct_calls); any other goes through dynamo, which may compile.
+- ``compiled``: the gpt-fast design (pytorch-labs/gpt-fast) run as AOTInductor packages. A static
+  KV buffer as long as the model's context; every forward writes its keys/values at ``input_pos``
+  and attends over a context bucket under a mask ``key_pos <= query_pos``, so no shape depends on
+  the position and each (token count, bucket) is one graph. The position travels as a tensor, so a
+  new position is new data, not a new graph. Forwards of the token counts in ``token_counts`` (1,
+  the decode step, by default) run as packages; any other length (the prefill) runs the same code
+  eagerly. ``CompiledEngine.call`` runs any other function of models and tensors the same way: a
+  whole speculative round, or a sampled step (inferlab.speculative.fused). Each package is a file
+  (inferlab.core.packages), with each model's weights frozen into it: the workflow's compile rules
+  build them, and an engine given only ``graph_dirs`` loads them and compiles nothing.
 
 Both keep the rollback rule of ``inferlab.core.model.KVCache``: there is no stored length, the
 caller's positions say which prefix is valid, so a rejected speculation is overwritten later.
 
 A session (``engine.open(model, batch)``) owns one model's cache; ``session.forward(tokens,
-start)`` returns logits (B, T, V). Every call that compiles is timed into ``engine.compile_ms``
-and its generated kernels counted into ``engine.kernels``, apart from any per-token timing. When
-compilation fails, ``make_engine`` logs why and returns the eager engine with
+start)`` returns logits (B, T, V). When the compile rule could not compile (no C++ toolchain, say),
+it leaves an ``unavailable.txt`` with the reason, and ``make_engine`` returns the eager engine with
 ``engine_fallback_reason`` set, so a table never reports eager numbers as compiled.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import tempfile
 import weakref
 from collections.abc import Callable
-from contextlib import nullcontext
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import torch
+from torch.profiler import record_function
 
-from inferlab.core.compile_settings import engine_call_settings
-from inferlab.core.direct_calls import DirectCall, GraphCapture, split_arguments
-from inferlab.core.generated_code import count_kernels
 from inferlab.core.model import GPT
-from inferlab.core.static_forward import GEMV_MAX_ROWS, context_bucket, full_forward, static_forward
-
-if TYPE_CHECKING:
-    from inferlab.core.graph_cache import WeightsKey
+from inferlab.core.packages import (
+    UNAVAILABLE,
+    Package,
+    PackageError,
+    PackageName,
+    build_package,
+    load_package,
+    split_arguments,
+    tensor_signature,
+    weights_digest,
+)
+from inferlab.core.static_forward import context_bucket, full_forward, static_forward
 
 log = logging.getLogger(__name__)
 
 ENGINE_NAMES = ("eager", "compiled")
-# The compiled graphs treat each model's weights as constants (inductor's "freezing", set around
-# each compiled call) so that inductor can prepack every projection for its C++ GEMM template, which
-# reads each packed weight panel once for all the rows of a forward. The template is the only GEMM
-# backend: with ATen beside it, autotuning took twice as long to compile and ran no faster.
-# The graph's own code between kernels runs as C++ (inductor's cpp_wrapper), not Python: a call then
-# skips the Python wrapper's buffer allocations and argument marshalling, which cost a tiny graph as
-# much as its kernels. Its price is compile time: each graph compiles as one C++ unit and shares no
-# kernel object with another graph. What each choice measured: docs/engines.md.
-DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP", "cpp_wrapper": True}
-FREEZE_WEIGHTS = True
+# Each model's weights are constants of its packages (inductor's freezing, always on for a package),
+# so that inductor can prepack every projection for its C++ GEMM template, which reads each packed
+# weight panel once for all the rows of a forward. The template is the only GEMM backend: with ATen
+# beside it, autotuning took twice as long to compile and ran no faster (docs/engines.md).
+DEFAULT_INDUCTOR_OPTIONS: dict = {"max_autotune": True, "max_autotune_gemm_backends": "CPP"}
+PACKAGE_CALL = "inferlab::package_call"  # the profiler event around a package's call (kernel-event engines)
 
 
 def model_label(model: GPT) -> str:
     return f"d{model.config.d_model}xL{model.config.n_layer}"
-
-
-def _unique(label: str, taken: dict) -> str:
-    """label, or label#2, #3.. when another model of the same shape already used it."""
-    if label not in taken:
-        return label
-    return next(f"{label}#{i}" for i in range(2, len(taken) + 3) if f"{label}#{i}" not in taken)
-
-
-def _graph_cache_lookups() -> tuple[int, int]:
-    """Inductor's FX graph cache (hits, misses) so far, read afresh: torch may replace its counters."""
-    counters = torch._dynamo.utils.counters["inductor"]
-    return counters["fxgraph_cache_hit"], counters["fxgraph_cache_miss"]
 
 
 class EagerSession:
@@ -124,23 +109,16 @@ class EagerEngine:
 
 # --------------------------------------------------------------------------- static forward
 
-def _eager_static_forward(model: GPT, idx: torch.Tensor, input_pos: torch.Tensor, k_caches: list[torch.Tensor],
-                          v_caches: list[torch.Tensor], context: int) -> torch.Tensor:
-    return static_forward(model, idx, input_pos, k_caches, v_caches, context=context)
-
-
-
 def own_rows(tokens: torch.Tensor) -> torch.Tensor:
-    """tokens (B, n) with the strides of a tensor of their own, (n, 1). A slice of a longer row
-    (ids[:, start:]) keeps that row's stride, and dynamo guards input strides, so each row length
-    would compile the same graph again (seconds each). `.contiguous()` keeps a one-row slice as it is."""
+    """tokens (B, n) with the strides of a tensor of their own, (n, 1): a package serves one layout,
+    and a slice of a longer row (ids[:, start:]) keeps that row's stride."""
     if tokens.stride() == (tokens.size(1), 1):
         return tokens
     return tokens.clone(memory_format=torch.contiguous_format)
 
 
 class CompiledSession:
-    """Static buffers for one model; forwards of few tokens go through the engine's compiled step."""
+    """Static buffers for one model; forwards of few tokens go through the engine's packages."""
 
     def __init__(self, engine: CompiledEngine, model: GPT, batch_size: int):
         self.engine, self.model = engine, model
@@ -149,194 +127,164 @@ class CompiledSession:
         weight = model.tok_emb.weight
         self.k_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
         self.v_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
+        self._caches = [*self.k_caches, *self.v_caches]  # a package's inputs after the tokens and positions
         # each (start, count)'s positions tensor, made once: a new one per step was a measurable
         # share of a small model's step; the graphs only read it
         self._positions: dict[tuple[int, int], torch.Tensor] = {}
+        # (tokens' shape and dtype, context bucket) -> its package: a step's call is the package's own
+        # after the first, since everything else it takes is this session's
+        self._steps: dict[tuple, Package] = {}
 
-    @torch.no_grad()
     def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
         n = tokens.size(1)
-        if start + n > self.model.config.max_seq_len:
-            raise ValueError(f"position {start + n - 1} exceeds the context {self.model.config.max_seq_len}")
-        tokens = own_rows(tokens)
+        end, max_seq_len = start + n, self.model.config.max_seq_len
+        if end > max_seq_len:
+            raise ValueError(f"position {end - 1} exceeds the context {max_seq_len}")
         positions = self._positions.get((start, n))
         if positions is None:
-            positions = self._positions[start, n] = torch.arange(start, start + n, device=tokens.device)
-        step = self.engine.step_for(self.model, n)
-        return step(self.model, tokens, positions, self.k_caches, self.v_caches,
-                    context_bucket(start + n, self.model.config.max_seq_len))
+            positions = self._positions[start, n] = torch.arange(start, end, device=tokens.device)
+        context = context_bucket(end, max_seq_len)
+        if n not in self.engine.token_counts:  # a prompt: eager, any length
+            with torch.no_grad():
+                return static_forward(self.model, tokens, positions, self.k_caches, self.v_caches, context=context)
+        tokens = own_rows(tokens)
+        key = (tokens.shape, tokens.dtype, context)
+        package = self._steps.get(key)
+        if package is None:
+            label = f"{model_label(self.model)}:T{n}:B{tokens.size(0)}:S{context}"
+            package = self._steps[key] = self.engine.package_for(
+                static_forward, (self.model,), label, tokens, positions, self.k_caches, self.v_caches, 0, context)
+        return package([tokens, positions, *self._caches])
 
     def close(self) -> None:
-        self.k_caches, self.v_caches = [], []
+        self.k_caches, self.v_caches, self._caches = [], [], []
 
 
 class CompiledEngine:
-    """torch.compile'd static-cache steps, one compiled graph per (model, token count)."""
+    """Calls of functions of models and tensors, each run by an AOTInductor package: found in
+    `graph_dirs`, or (with a `build_dir`) built there on first use. With neither, it builds into a
+    temporary directory of its own (tests, tools)."""
 
     name = "compiled"
     requested = "compiled"
     engine_fallback_reason = None
     runs_fused_rounds = True  # decode loops hand a whole round (or a sampled step) to call()
 
-    def __init__(self, token_counts: tuple[int, ...] = (1,), inductor_options: dict | None = None,
-                 freeze_weights: bool = FREEZE_WEIGHTS, gemv_max_rows: int = GEMV_MAX_ROWS,
-                 call_straight: bool = True):
-        self.token_counts = set(token_counts)
-        self.gemv_max_rows = gemv_max_rows
-        self.call_straight = call_straight  # False: every call through dynamo (what calling straight buys)
+    def __init__(self, graph_dirs: tuple[str | Path, ...] = (), build_dir: str | Path | None = None,
+                 inductor_options: dict | None = None, threads: int | None = None,
+                 token_counts: tuple[int, ...] = (1,), kernel_events: bool = False):
+        self.graph_dirs = [Path(d) for d in graph_dirs]
+        if build_dir is None and not self.graph_dirs:
+            # removed with the engine (and its twin, which shares it)
+            self._scratch = tempfile.TemporaryDirectory(prefix="inferlab-graphs-")
+            build_dir = self._scratch.name
+        self.build_dir = Path(build_dir) if build_dir is not None else None
         self.options = dict(DEFAULT_INDUCTOR_OPTIONS if inductor_options is None else inductor_options)
-        self.freeze_weights = freeze_weights
-        # inductor's modules take 1.5 s to import, which every eager-only job would pay at start
-        from torch._inductor.codecache import PyCodeCache
-
-        from inferlab.core import graph_cache
-        self._generated_code, self._graph_cache = PyCodeCache, graph_cache
-        self.compile_ms: dict[str, float] = {}
-        self.kernels: dict[str, dict[str, int]] = {}
-        self.graph_cache_loads: dict[str, dict[str, int]] = {}
-        self.compiled_beside: dict[str, dict | None] = {}  # label -> another process's stamp (record_compiled_beside)
-        self._functions: dict[Callable, Callable] = {}  # fn -> torch.compile(fn), one wrapper each
-        self._capture = GraphCapture(self.options, keep_first_outputs=call_straight)
-        # (fn, models, layout) -> graphs called straight; the key holds its models, so no model's id is reused
-        self._direct: dict[tuple, list[DirectCall]] = {}
-        # each model's weights as its graphs froze them (versions and storage), to refuse stale ones,
+        self.kernel_events = kernel_events
+        if kernel_events:  # each kernel a profiler event (inductor's cpp.enable_kernel_profile): its own packages
+            self.options["cpp.enable_kernel_profile"] = True
+        # the thread count the packages' C++ loops are blocked for: the timing jobs' own
+        self.threads = threads or torch.get_num_threads()
+        self.token_counts = set(token_counts)
+        self.packages: dict[str, dict] = {}  # label -> the record of the package it ran (built or loaded)
+        self.built: set[str] = set()  # the labels whose packages this engine built
+        # (fn, models, layout) -> {tensor signature: package}; the key holds its models, so no id is reused
+        self._calls: dict[tuple, dict[tuple, Package]] = {}
+        self._digests: weakref.WeakKeyDictionary[GPT, str] = weakref.WeakKeyDictionary()
+        # each model's weights as its packages froze them (versions and storage), to refuse stale ones,
         # and where its parameters live (walking model.parameters() on every call cost more than a step)
         self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
         self._parameter_slots: weakref.WeakKeyDictionary[GPT, list] = weakref.WeakKeyDictionary()
-        self._digests: weakref.WeakKeyDictionary[GPT, str] = weakref.WeakKeyDictionary()
-        self._weights_keys: dict[tuple[str, ...], WeightsKey] = {}
-        # Frozen graphs whose projections all go to the C++ GEMM template (which prunes the MKL-packed
-        # copies anyway) can go to inductor's on-disk cache, keyed by their weights (core/graph_cache.py).
-        # Inductor's default lowering (Experiment 4's kernels) keeps its oneDNN-packed linears.
-        backends = self.options.get("max_autotune_gemm_backends", "")
-        through_template = self.options.get("max_autotune") and "CPP" in backends
-        self.graph_cache = bool(freeze_weights and through_template and graph_cache.pin_cacheable_freezing())
-        # the uncached baseline grows by one token per step: one graph with a symbolic length, compiled
-        # plainly (autotuning and constants per length would cost minutes for a baseline)
-        self._full = torch.compile(full_forward, fullgraph=True, dynamic=True)
-        # every (model, token count, batch) is its own graph: target + draft x {1, 2, k+1}
-        # (a test process compiles many more, one model after another); past the limit dynamo would
-        # silently run the function eagerly under a "compiled" label, so it fails instead
-        dynamo_config = torch._dynamo.config
-        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
-        dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
-        dynamo_config.fail_on_recompile_limit_hit = True
 
     @property
     def engine_used(self) -> str:
         return self.name
 
-    def constructor_options(self) -> dict:
-        """The arguments that build this engine again (JSON-ready): what a twin engine, or another
-        process's engine that must compile under the same cache keys, is made from."""
-        return {"token_counts": sorted(self.token_counts), "inductor_options": dict(self.options),
-                "freeze_weights": self.freeze_weights, "gemv_max_rows": self.gemv_max_rows,
-                "call_straight": self.call_straight}
-
     def with_kernel_events(self) -> CompiledEngine:
-        """A twin engine whose graphs record each kernel under torch.profiler (inductor's
-        cpp.enable_kernel_profile): its own compiles, for profiling only."""
-        options = self.constructor_options()
-        return CompiledEngine(**options | {"inductor_options": options["inductor_options"]
-                                           | {"cpp.enable_kernel_profile": True}})
+        """A twin engine whose packages record each kernel under torch.profiler: packages of their own,
+        for profiling only."""
+        twin = CompiledEngine(self.graph_dirs, self.build_dir, {k: v for k, v in self.options.items()
+                                                                if k != "cpp.enable_kernel_profile"},
+                              self.threads, tuple(self.token_counts), kernel_events=True)
+        twin._scratch = getattr(self, "_scratch", None)  # noqa: SLF001 - the twin keeps its builder's directory
+        return twin
 
     def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> CompiledSession:
+        """A session of model; its weights are checked against those its packages froze (every decode
+        opens its sessions, so a model changed between decodes is refused)."""
         # max_seq_len is ignored on purpose: the buffer always spans the whole context.
+        self._check_weights(model)
         return CompiledSession(self, model, batch_size)
 
     def want_token_counts(self, *counts: int) -> None:
-        """Forwards of these many tokens will run compiled too (each compiles on first use)."""
+        """Forwards of these many tokens will run as packages too."""
         self.token_counts.update(counts)
 
     @torch.no_grad()
     def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
-        """Uncached step, compiled once for every length (dynamic shapes); logits (B, V)."""
+        """Uncached step: one package for every length from 2 (a dynamic size); logits (B, V)."""
+        if sequence.size(1) < 2:
+            return full_forward(model, sequence)
         label = f"{model_label(model)}:uncached:B{sequence.size(0)}"
-        return self._accounted(label, lambda: self._full(model, sequence))
+        return self.call(full_forward, (model,), label, own_rows(sequence),
+                         dynamic={0: (1, 2, model.config.max_seq_len)})
 
-    def step_for(self, model: GPT, n_tokens: int) -> Callable:
-        if n_tokens not in self.token_counts:
-            return _eager_static_forward  # a prompt: eager, any length
+    def call(self, fn: Callable, models: tuple[GPT, ...], label: str, *args,
+             dynamic: dict[int, tuple[int, int, int]] | None = None) -> torch.Tensor:
+        """fn(*models, *args) run by its package (package_for), with each model's weights frozen into it."""
+        package, tensors = self._resolve(fn, models, label, args, dynamic)
+        return package(tensors)
 
-        def run(model, idx, input_pos, k_caches, v_caches, context):
-            label = f"{model_label(model)}:T{n_tokens}:B{idx.size(0)}:S{context}"
-            return self.call(static_forward, (model,), label, idx, input_pos, k_caches, v_caches,
-                             self.gemv_max_rows, context)
-        return run
+    def package_for(self, fn: Callable, models: tuple[GPT, ...], label: str, *args,
+                    dynamic: dict[int, tuple[int, int, int]] | None = None) -> Package:
+        """The package that runs fn(*models, *args); call it with the arguments' tensors in order.
 
-    def call(self, fn: Callable, models: tuple[GPT, ...], label: str, *args):
-        """fn(*models, *args) compiled, with each model's weights frozen into its graphs.
-
-        A call whose arguments have a layout this engine has seen for (fn, models) calls that
-        graph straight (core/direct_calls.py). Any other goes through dynamo and may compile: the
-        first for a new (fn, models, shapes), and a later one whose guards fail (an eager forward of
-        the same model sets its cache attributes, which dynamo guards). So such a call names its
-        freezing and weights key, which a compile applies (core/compile_settings.py), and a call
-        after which inductor has loaded new generated code is timed into compile_ms[label] and its
-        kernels into kernels[label].
+        A package serves the calls of one (fn, models, layout of the non-tensor arguments, and each
+        tensor's shape, stride and dtype); dynamic = {tensor index: (dimension, min, max)} leaves one
+        size free. The first call of each finds its package (or builds it, on an engine that builds),
+        which is checked against these models' weights; `label` names it in the package's file name
+        and in this engine's stamp.
         """
-        for model in models:
-            self._check_weights(model)
+        return self._resolve(fn, models, label, args, dynamic)[0]
+
+    def _resolve(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
+                 dynamic: dict | None) -> tuple[Package, list[torch.Tensor]]:
         tensors, layout = split_arguments(args)
-        key = (fn, models, layout)
-        # without gradients, as they were compiled (a graph called with them on costs 0.05 ms more)
-        with torch.no_grad() if torch.is_grad_enabled() else nullcontext():
-            for direct in self._direct.get(key, ()):
-                if direct.serves(tensors):
-                    return direct(tensors)
-            result = self._call_through_dynamo(fn, models, label, args)
-        captured = self._capture.take()
-        if len(captured) == 1 and self.call_straight:
-            direct = DirectCall.from_capture(captured[0], tensors, result)
-            if direct is not None:
-                self._direct.setdefault(key, []).append(direct)
-        return result
+        signature = _free_signature(tensors, dynamic) if dynamic else tensor_signature(tensors)
+        packages = self._calls.setdefault((fn, models, layout), {})
+        package = packages.get(signature)
+        if package is None:
+            for model in models:
+                self._check_weights(model)
+            package = packages[signature] = self._package(fn, models, label, args, tensors, layout, signature,
+                                                          dynamic)
+            if self.kernel_events:
+                package = _with_profiler_event(package)
+        return package, tensors
 
-    def _call_through_dynamo(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple):
-        compiled = self._functions.get(fn)
-        if compiled is None:
-            compiled = self._functions[fn] = torch.compile(fn, fullgraph=True, dynamic=False,
-                                                           backend=self._capture)
-        self._capture.take()  # what an earlier call that failed may have left
-
-        def run():
-            with engine_call_settings(self.freeze_weights, self._weights_key(models)):
-                return compiled(*models, *args)
-        return self._accounted(label, run)
-
-    def _weights_key(self, models: tuple[GPT, ...]) -> WeightsKey | None:
-        """What names these models' frozen weights in the on-disk graph cache (None when the weights
-        are graph inputs). Hashed once per model: _check_weights refuses weights changed since."""
-        if not self.freeze_weights:
-            return None
-        digest = self._graph_cache.weights_digest
-        digests = tuple(self._digests.get(m) or self._digests.setdefault(m, digest(m)) for m in models)
-        key = self._weights_keys.get(digests)
-        if key is None:
-            key = self._weights_keys[digests] = self._graph_cache.WeightsKey(digests)
-        return key
-
-    def _accounted(self, label: str, run: Callable):
-        """run(), and when it compiled (inductor loaded new generated code) its time, its kernels, and
-        how many of its graphs inductor compiled and how many it loaded from its on-disk cache: a
-        compile time is a compile's only when nothing came from the cache."""
-        generated = self._generated_code
-        generated_before, cache_before = len(generated.modules), _graph_cache_lookups()
-        start = time.perf_counter()
-        out = run()
-        if len(generated.modules) > generated_before:
-            label = _unique(label, self.compile_ms)
-            self.compile_ms[label] = (time.perf_counter() - start) * 1e3
-            self.kernels[label] = count_kernels(generated.modules[generated_before:])
-            hits, misses = (after - before for after, before in zip(_graph_cache_lookups(), cache_before, strict=True))
-            self.graph_cache_loads[label] = {"from_cache": hits, "compiled": misses}
-        return out
+    def _package(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
+                 tensors: list[torch.Tensor], layout: tuple, signature: tuple, dynamic: dict | None) -> Package:
+        digests = tuple(self._digests.get(m) or self._digests.setdefault(m, weights_digest(m)) for m in models)
+        name = PackageName.of(label, models, digests, layout, signature, self.options, self.threads, dynamic)
+        path = next((d / name.file for d in self.graph_dirs if (d / name.file).exists()), None)
+        if path is None and self.build_dir is not None:
+            path = self.build_dir / name.file
+            if not path.exists():
+                log.info("compiling %s", name.file)
+                build_package(path, name, fn, models, args, tensors, self.options, self.threads, dynamic)
+                self.built.add(label)
+        if path is None:
+            searched = ", ".join(str(d) for d in self.graph_dirs)
+            raise PackageError(f"no package {name.file} in {searched}: the compile rules (workflow/rules/graphs.smk) "
+                               f"build every graph a timing job runs; rerun the workflow")
+        package = load_package(path, name)
+        self.packages[label] = package.record
+        return package
 
     def _check_weights(self, model: GPT) -> None:
-        """Frozen graphs hold the weights they were compiled with: a model whose weights changed
-        since (an optimizer step, load_state_dict, an in-place edit) is refused, never run stale."""
-        if not self.freeze_weights:
-            return
+        """Packages hold the weights they were built with: a model whose weights changed since this
+        engine first ran it (an optimizer step, load_state_dict, an in-place edit) is refused when a
+        session of it opens or a package for it is first looked up, never run stale."""
         slots = self._parameter_slots.get(model)
         if slots is None:
             slots = self._parameter_slots[model] = [(module._parameters, name) for module in model.modules()
@@ -347,71 +295,47 @@ class CompiledEngine:
         frozen = self._frozen.setdefault(model, now)
         if frozen != now:
             raise RuntimeError("this model's weights changed after the compiled engine froze them into its "
-                               "graphs; build a new engine (make_engine('compiled')) for the new weights")
-
-    def record_compiled_beside(self, label: str, helper_stamp: dict | None, wait_ms: float) -> None:
-        """Another process compiled graphs for this engine's later calls into inductor's on-disk cache
-        (inferlab.speculative.compile_ahead), while this one compiled others: the time this process
-        waited for it counts as compile time (compile_ms[label]), and its stamp (None if it failed)
-        is kept, so its compiles count as this engine's and the loads of what it compiled do not
-        count as graphs from earlier jobs."""
-        self.compile_ms[label] = wait_ms
-        self.compiled_beside[label] = helper_stamp
-
-    def _graph_counts(self) -> dict[str, int]:
-        """Graphs inductor compiled for this engine, here or beside it, and graphs it loaded that
-        earlier processes had compiled. Every graph the helper compiled or loaded is loaded here again
-        (so counted here); it is an earlier process's only when the helper did not compile it."""
-        compiled = sum(loads["compiled"] for loads in self.graph_cache_loads.values())
-        loaded = sum(loads["from_cache"] for loads in self.graph_cache_loads.values())
-        compiled_beside = sum(stamp["graphs_compiled"] for stamp in self.compiled_beside.values() if stamp)
-        return {"graphs_from_cache": max(0, loaded - compiled_beside), "graphs_compiled": compiled + compiled_beside,
-                "graphs_compiled_beside": compiled_beside}
+                               "packages; build a new engine (make_engine('compiled')) for the new weights")
 
     def stamp(self) -> dict:
+        records = self.packages.values()
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
-                "compile_ms_total": float(sum(self.compile_ms.values())),
-                "compile_ms": dict(self.compile_ms), "graph_cache_loads": dict(self.graph_cache_loads),
-                **self._graph_counts(), "compiled_beside": dict(self.compiled_beside),
-                "inductor_options": self.options,
-                "frozen_weights": self.freeze_weights, "graph_cache": self.graph_cache,
-                "gemv_max_rows": self.gemv_max_rows, "call_straight": self.call_straight,
-                "graphs_called_straight": sum(len(graphs) for graphs in self._direct.values()),
-                "kernels": dict(self.kernels)}
+                "compile_ms_total": float(sum(self.packages[label].get("compile_ms", 0.0) for label in self.built)),
+                "package_compile_ms_total": float(sum(r.get("compile_ms", 0.0) for r in records)),
+                "packages": len(self.packages), "packages_built": len(self.built),
+                "compile_ms": {label: r.get("compile_ms") for label, r in self.packages.items()},
+                "kernels": {label: r.get("kernels") for label, r in self.packages.items()},
+                "inductor_options": self.options, "threads": self.threads}
+
+
+def _with_profiler_event(package: Package) -> Package:
+    """package, each call of it a profiler event (PACKAGE_CALL) that its kernels' events nest in."""
+    def run(tensors):
+        with record_function(PACKAGE_CALL):
+            return package._run(tensors)  # noqa: SLF001 - the same loader, wrapped
+    return Package(package.path, package.record, run)
+
+
+def _free_signature(tensors: list[torch.Tensor], dynamic: dict[int, tuple[int, int, int]]) -> tuple:
+    """tensor_signature with the free sizes (and the strides they move) left out."""
+    return tuple((t.dim(), t.dtype, t.is_contiguous()) if i in dynamic else (tuple(t.shape), t.stride(), t.dtype)
+                 for i, t in enumerate(tensors))
 
 
 Engine = EagerEngine | CompiledEngine
 
 
-def _smoke_compile(engine: CompiledEngine) -> None:
-    """Compiles and runs a one-layer toy step, so a platform without a working inductor
-    toolchain (no C++ compiler, unsupported backend) fails here, not in the middle of a table."""
-    from inferlab.core.config import GPTConfig
-    # the same weights in every process, so that inductor's on-disk cache serves the toy's graph
-    # after the first job on a machine, which saves each later job about a second;
-    # forked, so that the caller's random stream is left as it was
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        toy = GPT(GPTConfig(vocab_size=32, d_model=64, n_layer=1, max_seq_len=8)).eval()
-    session = engine.open(toy)
-    session.forward(torch.zeros(1, 1, dtype=torch.long), 0)
-
-
-def make_engine(name: str, check: bool = True, **options) -> Engine:
-    """The engine called `name`; "compiled" falls back to eager, with the reason, if it cannot compile."""
+def make_engine(name: str, **options) -> Engine:
+    """The engine called `name`. "compiled" is eager, with the reason, where the compile rule that
+    made its graph_dirs could not compile."""
     if name == "eager":
         return EagerEngine()
     if name != "compiled":
         raise ValueError(f"engine must be one of {ENGINE_NAMES}, got {name!r}")
-    try:
-        engine = CompiledEngine(**options)
-        if check:
-            _smoke_compile(engine)
-            engine.compile_ms.clear()
-            engine.kernels.clear()
-            engine.graph_cache_loads.clear()
-        return engine
-    except Exception as error:  # any compiler/toolchain failure: record it, never hide it
-        reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        log.warning("compiled engine unavailable, falling back to eager: %s", reason)
-        return EagerEngine(fallback_reason=reason, requested="compiled")
+    for directory in options.get("graph_dirs", ()):
+        marker = Path(directory) / UNAVAILABLE
+        if marker.exists():
+            reason = marker.read_text().strip()
+            log.warning("compiled engine unavailable, falling back to eager: %s", reason)
+            return EagerEngine(fallback_reason=reason, requested="compiled")
+    return CompiledEngine(**options)

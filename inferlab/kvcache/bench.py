@@ -9,10 +9,9 @@ Four pieces, each testable on its own:
   uncached step time as a + b·positions (`inferlab.kvcache.summary`) and the lesson-1 FLOP
   count of the ratio (`inferlab.kvcache.flops`);
 - a torch.profiler breakdown of one cached step into time inside operators and time
-  outside them (`profile_cached_step`), and on the compiled engine where a step's fixed cost
-  goes: the Python before the graph's wrappers (ours, and torch.compile's entry on a call through
-  dynamo), dynamo's guards, the wrappers around the graph, the generated graph's own code, and its
-  kernels (`compiled_step_split`).
+  outside them (`profile_cached_step`), and on the compiled engine where a step's time goes:
+  our Python around the package's call, the package's own code between kernels, and its kernels
+  (`compiled_step_split`).
 
 Passes and positions are counted as in `inferlab.kvcache.flops`'s docstring.
 """
@@ -30,7 +29,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
 from inferlab.core.config import kv_bytes_per_token
-from inferlab.core.engine import CompiledEngine, EagerEngine, Engine
+from inferlab.core.engine import PACKAGE_CALL, CompiledEngine, EagerEngine, Engine
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
@@ -55,7 +54,7 @@ def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, wa
                     ) -> pd.DataFrame:
     """Greedy generations of `length` tokens, `reps` per mode after `warmup` untimed pairs.
 
-    Both modes run on `engine` (eager when None); its compile time falls in the warm-up, which
+    Both modes run on `engine` (eager when None); loading its packages falls in the warm-up, which
     must be >= 1 for a compiled engine. One row per (rep, mode). same_output compares the
     tokens of the two modes within a rep. Afterwards the KV cache's bytes per token are
     measured and checked (check_kv_bytes).
@@ -100,6 +99,22 @@ def step_positions(prompt_len: int, max_new_tokens: int, points: int) -> list[in
     return sorted({round(lo + (hi - lo) * i / (points - 1)) for i in range(points)})
 
 
+def steps_sequence(model: GPT, prompt: torch.Tensor, max_length: int, points: int) -> tuple[torch.Tensor, list[int]]:
+    """The tokens a real greedy generation of max_length runs over, and the step_positions timed on them."""
+    return generate(model, prompt, max_length).tokens, step_positions(prompt.size(1), max_length, points)
+
+
+def build_kvcache_graphs(model: GPT, prompt: torch.Tensor, max_length: int, points: int, device: str,
+                         engine: Engine) -> None:
+    """Runs once every graph Experiment 1 runs on `engine` (on an engine that builds, that builds their
+    packages): both modes of the longest generation (every shorter one's graphs are among its), each timed
+    step, and the profiled step with its kernel events."""
+    time_generation(model, prompt, max_length, 0, 1, device, engine=engine)
+    sequence, positions = steps_sequence(model, prompt, max_length, points)
+    time_steps(model, sequence, positions, 0, 1, device, engine=engine)
+    profile_cached_step(model, sequence, positions[len(positions) // 2], 1, device, engine=engine)
+
+
 def _cached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, positions: int
                     ) -> tuple[Callable[[], object], Callable[[], None]]:
     """(step, close). Cache filled with the first positions-1 tokens; the timed step decodes the
@@ -124,7 +139,7 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
     sequence: (1, >= max(positions)) tokens to run on. One row per (rep, mode, positions). Each
     (rep, positions, mode) fills its cache once and times its step as a decode loop runs it, in a
     burst (core/timing.burst_median_ms); the `warmup` reps before run each step once, untimed, so
-    that a compiled engine compiles outside them.
+    that a compiled engine loads its packages outside them.
     """
     engine = engine or EagerEngine()
     if max(positions) > sequence.size(1):
@@ -220,47 +235,22 @@ def operator_share(events, label: str = STEP_LABEL) -> tuple[pd.DataFrame, pd.Da
     return steps, pd.DataFrame(ops)
 
 
-# The profiler's names for what a compiled call runs through (torch 2.13): dynamo's frame-cache lookup
-# (the guards), the compiled region, aot_autograd's runtime wrapper, and the call of inductor's
-# generated graph, whose children are its kernels (C++ kernels appear only when compiled with
-# cpp.enable_kernel_profile) and library ops. A call the engine makes straight to its graph
-# (core/direct_calls.py) has no guard lookup and no compiled region: its wrapper and graph call are
-# children of the step itself.
-GUARD_LOOKUP = "TorchDynamo Cache Lookup"
-COMPILED_REGION = "Torch-Compiled Region"
-AOT_WRAPPER = "AOTDispatcher Runtime Wrapper"
-GRAPH_CALL = "## Call CompiledFxGraph"
-
-
 def _total_ms(events) -> float:
     return sum(event.cpu_time_total for event in events) / 1e3
 
 
-def _named(events, prefix: str) -> list:
-    return [event for event in events if event.name.startswith(prefix)]
-
-
 def compiled_step_split(step) -> dict:
     """Where one profiled compiled step's wall time (split_step_ms) goes, in ms, inflated by the
-    profiler's own cost per event: the Python before the compiled graph's wrappers (our engine's call
-    path, and torch.compile's entry wrapper when the call goes through dynamo), dynamo's guard
-    lookup (none when the engine calls the graph straight), the wrappers outside the graph
-    (dynamo's compiled region, aot_autograd's), the generated graph's own code between kernels
-    (allocations, argument handling; C++ under inductor's cpp_wrapper, Python without it), and the
-    kernels themselves (OpenMP fork/join included). The five parts sum to split_step_ms."""
-    children = list(step.cpu_children)
-    guards, regions = _named(children, GUARD_LOOKUP), _named(children, COMPILED_REGION)
-    straight_wrappers, straight_graphs = _named(children, AOT_WRAPPER), _named(children, GRAPH_CALL)
-    region_graphs = [g for region in regions for g in _named(region.cpu_children, GRAPH_CALL)]
-    graphs = region_graphs + straight_graphs
-    if not graphs:
-        raise ValueError(f"no compiled graph call ({GRAPH_CALL!r}) under the profiled step")
-    kernels = [k for graph in graphs for k in graph.cpu_children]
-    outside = _total_ms(guards) + _total_ms(regions) + _total_ms(straight_wrappers) + _total_ms(straight_graphs)
-    return {"split_step_ms": step.cpu_time_total / 1e3, "entry_ms": step.cpu_time_total / 1e3 - outside,
-            "guard_ms": _total_ms(guards),
-            "wrapper_ms": _total_ms(regions) - _total_ms(region_graphs) + _total_ms(straight_wrappers),
-            "graph_code_ms": _total_ms(graphs) - _total_ms(kernels), "kernel_ms": _total_ms(kernels),
+    profiler's own cost per event: the Python before and after the package's call (our engine's call
+    path), the package's own code between kernels (its C++ wrapper: allocations, argument handling),
+    and the kernels themselves (OpenMP fork/join included), each an event of a package compiled with
+    cpp.enable_kernel_profile. The three parts sum to split_step_ms."""
+    calls = [event for event in step.cpu_children if event.name == PACKAGE_CALL]
+    if not calls:
+        raise ValueError(f"no package call ({PACKAGE_CALL!r}) under the profiled step")
+    kernels = [kernel for call in calls for kernel in call.cpu_children]
+    return {"split_step_ms": step.cpu_time_total / 1e3, "entry_ms": (step.cpu_time_total / 1e3 - _total_ms(calls)),
+            "graph_code_ms": _total_ms(calls) - _total_ms(kernels), "kernel_ms": _total_ms(kernels),
             "kernel_events": len(kernels)}
 
 
@@ -275,8 +265,8 @@ def _profiled_steps(step: Callable[[], object], steps: int, device: str):
 
 def _compiled_split(engine: Engine, model: GPT, sequence: torch.Tensor, positions: int, steps: int,
                     device: str) -> dict:
-    """compiled_step_split of the median of `steps` steps of a twin engine whose graphs emit kernel
-    events (a separate compile, so the engine whose steps are timed runs without them); NaN on eager."""
+    """compiled_step_split of the median of `steps` steps of a twin engine whose packages emit kernel
+    events (packages of their own, so the engine whose steps are timed runs without them); NaN on eager."""
     if not isinstance(engine, CompiledEngine):
         return dict.fromkeys(STEP_SPLIT_COLUMNS, float("nan"))
     step, close = _cached_step_fn(engine.with_kernel_events(), model, sequence, positions)

@@ -31,7 +31,7 @@ GPTQ_KEYS = ("calibration_windows", "damp", "block_size", "seed")  # config quan
 
 # The low-bit kernels are library ops (int4pack and int8 weight-only matmuls) for which autotuning
 # restricted to the C++ GEMM template has no choice. Here the fp32 model and every kernel model
-# compile with frozen weights and inductor's default lowering, so each speed ratio compares like
+# are packaged with frozen weights and inductor's default lowering, so each speed ratio compares like
 # with like.
 KERNEL_INDUCTOR_OPTIONS: dict = {}
 
@@ -130,7 +130,8 @@ def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int,
 def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Tensor,
                          new_tokens: int, reps: int, engine: Engine | None = None) -> dict:
     """Median ms/token of fp32 and kernel decode on one engine, interleaved rep by rep so drift
-    hits both alike. The warm-up call also compiles each model's graph on a compiled engine."""
+    hits both alike. On a compiled engine the warm-up call also builds each model's packages, in this
+    job: the kernel models exist only inside it."""
     for model in (reference, fast):  # warm-up: first-call allocation, kernel dispatch, compilation
         time_decode(model, prompt, new_tokens, engine)
     ref_ms, fast_ms = [], []

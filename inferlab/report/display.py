@@ -34,9 +34,8 @@ DISPLAY_NAMES = {
     "compute_bound_ms_per_token": "compute bound (ms/token)", "measured_over_bound": "measured / bound (×)",
     "upper_bound_tokens_per_s": "upper bound (tokens/s)", "limited_by": "limited by", "op_ms": "operator ms",
     "op_ms_per_step": "operator ms/step", "op_share": "share of step",
-    "split_step_ms": "step with kernel events (ms)", "entry_ms": "Python before the graph's wrappers (ms)",
-    "guard_ms": "guards (ms)", "wrapper_ms": "wrappers around the graph (ms)",
-    "graph_code_ms": "graph code between kernels (ms)", "kernel_ms": "kernels (ms)", "kernel_events": "kernels",
+    "split_step_ms": "step with kernel events (ms)", "entry_ms": "Python around the package's call (ms)",
+    "graph_code_ms": "package code between kernels (ms)", "kernel_ms": "kernels (ms)", "kernel_events": "kernels",
     "same_output_all": "same output (all reruns)",
     # sampling
     "entropy_bits": "entropy (bits)", "entropy_nats": "entropy (nats)", "kept": "tokens kept",

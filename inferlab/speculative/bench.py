@@ -19,23 +19,9 @@ from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.timing import BURST_WARMUP, burst_median_ms, timed_calls_ms, timed_ms
-from inferlab.corpus.prompt import encode_prompt
-from inferlab.corpus.text import Vocabulary
-from inferlab.speculative.decode import (
-    SamplingSettings,
-    autoregressive_decode,
-    draft_half_call,
-    forward_calls,
-    speculative_decode,
-)
+from inferlab.speculative.decode import SamplingSettings, autoregressive_decode, draft_half_call, speculative_decode
+from inferlab.speculative.forwards import forward_calls, forward_timing_context
 from inferlab.speculative.fused import draft_forward_form
-
-
-def encode_prompts(vocab: Vocabulary, prompts: list[str]) -> list[dict]:
-    """Prompt ids plus the <unk> count (characters outside the vocabulary map to <unk>)."""
-    encoded = [encode_prompt(vocab, text) for text in prompts]
-    return [{"prompt_index": i, "prompt": text, "ids": ids[0].tolist(), "prompt_unk": unk}
-            for i, (text, (ids, unk)) in enumerate(zip(prompts, encoded, strict=True))]
 
 
 def _bar(total: int, desc: str, progress_file: TextIO | None) -> tqdm:
@@ -84,17 +70,29 @@ def _decoders(target: GPT, draft: GPT, new_tokens: int, k: int, settings: Sampli
 
 
 def _run_each_once(decoders: dict, prompt: dict) -> None:
-    """One untimed run of each decoder: on a compiled engine it compiles their graphs (the round, the
-    sampled step); on any engine it warms the allocator and kernels."""
+    """One untimed run of each decoder: it warms the allocator and kernels."""
     for decode in decoders.values():
         decode(prompt, 0)
 
 
-def compile_decoders(target: GPT, draft: GPT, prompt: dict, new_tokens: int, k: int, settings: SamplingSettings,
-                     engine: Engine) -> None:
-    """The untimed run of each decoder that run_group starts with, so a caller can compile their graphs
-    before it times anything."""
-    _run_each_once(_decoders(target, draft, new_tokens, k, settings, engine), prompt)
+def build_target_only_graphs(target: GPT, prompts: list[dict], new_tokens: int, settings: SamplingSettings,
+                             engine: Engine) -> None:
+    """Runs target-only sampling once over every prompt (each context bucket a decode crosses is a
+    graph of its own): on an engine that builds, that builds the packages every group's baseline runs."""
+    for prompt in prompts:
+        _target_only_run(target, prompt, 0, new_tokens, settings, engine)
+
+
+def build_group_graphs(target: GPT, draft: GPT, prompts: list[dict], new_tokens: int, k: int,
+                       settings: SamplingSettings, engine: Engine) -> None:
+    """Runs once everything a group job runs on `engine`: each decoder over every prompt (each context
+    bucket a decode crosses is a graph of its own), greedy identity and the forward timing."""
+    decoders = _decoders(target, draft, new_tokens, k, settings, engine)
+    for prompt in prompts:
+        _run_each_once(decoders, prompt)
+    run_greedy_identity(target, draft, prompts, new_tokens, k, engine=engine)
+    run_forward_timing(target, draft, forward_timing_context(prompts, new_tokens), k, 0, engine=engine,
+                       settings=settings)
 
 
 def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], new_tokens: int, k: int,
@@ -111,7 +109,7 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
 
     Reruns repeat the same seed, so their tokens and counters are identical (CPU decoding is
     deterministic); only wall_ms differs. One untimed run of each decoder first warms the allocator
-    and kernels (and compiles the steps of a compiled engine).
+    and kernels.
     """
     engine = engine or EagerEngine()
     decoders = _decoders(target, draft, new_tokens, k, settings, engine)
@@ -154,8 +152,7 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
     (role "draft_half"), which is what such a round pays for its drafts, with the form its projections
     take there (column draft_form, fused.draft_forward_form; None on the other rows).
 
-    Each model has one session, prefilled once, and each case is warmed up (a compiled call's first
-    one compiles).
+    Each model has one session, prefilled once, and each case is warmed up.
     Each rep runs every case in turn as a burst (core/timing.burst_median_ms: untimed calls, then
     timed ones back to back, whose median it keeps); interleaved so a slow stretch of the machine hits all
     of them alike.
@@ -172,7 +169,7 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
             draft_half = sessions.enter_context(draft_half_call(draft, context, k, settings, engine))
             cases.append(("draft_half", k, draft_half))
             forms["draft_half"] = draft_forward_form(k)
-        for _, _, call in cases:  # each case's first call compiles on the compiled engine
+        for _, _, call in cases:  # each case's first call loads (or, on an engine that builds, builds) its package
             timed_calls_ms(call, 0, warmup=BURST_WARMUP)
         for rep in range(reps):
             for role, n_tokens, call in cases:

@@ -24,14 +24,14 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine, model_label, own_rows
+from inferlab.core.engine import Engine, model_label, own_rows
 from inferlab.core.model import GPT
 from inferlab.core.sampler import logits_to_probs
 from inferlab.core.static_forward import context_bucket
+from inferlab.speculative.forwards import close_sessions, open_sessions, prefilled_session
 from inferlab.speculative.fused import overlap, proposals_only, residual_probs, sampled_step, speculative_round
 
 
@@ -122,27 +122,13 @@ def _forward(session, tokens: list[int], start: int) -> torch.Tensor:
 def _prefill_all_but_last(sessions: list, prompt: list[int]) -> float:
     """Caches the prompt except its last token, which stays pending for the first round; returns the
     ms it took. A decode's wall time includes its prefill, which a round's breakdown names apart: it
-    runs eagerly unless its length is one the engine compiles anyway (a prompt's own length would cost
-    a compile), and it is no part of what a round costs."""
+    runs eagerly unless its length is one the engine runs as a package anyway (a prompt's own length
+    would need a package of its own), and it is no part of what a round costs."""
     start = time.perf_counter()
     if len(prompt) > 1:
         for session in sessions:
             _forward(session, prompt[:-1], 0)
     return (time.perf_counter() - start) * 1e3
-
-
-def _open(engine: Engine | None, models: list[GPT], length: int) -> list:
-    """One engine session (and KV cache) per model, batch 1, room for `length` positions."""
-    for model in models:
-        if length > model.config.max_seq_len:
-            raise ValueError(f"prompt + new tokens + k = {length} exceeds the context {model.config.max_seq_len}")
-    engine = engine or EagerEngine()
-    return [engine.open(model, 1, length) for model in models]
-
-
-def _close(sessions: list) -> None:
-    for session in sessions:
-        session.close()
 
 
 def _draft_propose(draft, seq: list[int], draft_valid: int, k: int, settings: SamplingSettings,
@@ -245,7 +231,7 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
                          f"target's ({target.config.max_seq_len}); run this pair on the eager engine")
     if engine is not None and not (fused and len(prompt) >= 2):
         engine.want_token_counts(1, 2, k + 1)  # the reference round's steps (fused: a one-token prompt's first)
-    target_session, draft_session = sessions = _open(engine, [target, draft], len(prompt) + max_new_tokens + k)
+    target_session, draft_session = sessions = open_sessions(engine, [target, draft], len(prompt) + max_new_tokens + k)
     try:
         stats = SpeculativeStats(prefill_ms=_prefill_all_but_last(sessions, prompt))
         seq = list(prompt)
@@ -276,7 +262,7 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         tokens = torch.tensor([seq[: len(prompt) + max_new_tokens]])
         return SpeculativeResult(tokens, stats)
     finally:
-        _close(sessions)
+        close_sessions(sessions)
 
 
 def _next_token(engine: Engine | None, session, seq: list[int], settings: SamplingSettings,
@@ -304,7 +290,7 @@ def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
     """Plain target-only decoding with the same prefill convention and sampling code as
     speculative_decode, on the same engine: the wall-clock baseline. Returns tokens (1, T_prompt + n);
     a `timings` dict receives the prefill's ms under "prefill_ms"."""
-    sessions = _open(engine, [model], len(prompt) + max_new_tokens)
+    sessions = open_sessions(engine, [model], len(prompt) + max_new_tokens)
     try:
         prefill_ms = _prefill_all_but_last(sessions, prompt)
         if timings is not None:
@@ -314,39 +300,10 @@ def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
             seq.append(_next_token(engine, sessions[0], seq, settings, generator))
         return torch.tensor([seq])
     finally:
-        _close(sessions)
+        close_sessions(sessions)
 
 
 # --------------------------------------------------------------------------- forward timing
-
-@contextmanager
-def _prefilled_session(engine: Engine | None, model: GPT, n_ids: int, prefill: int, capacity: int | None = None):
-    """A session of `model` whose cache holds the first `prefill` of n_ids seeded random tokens;
-    yields (session, ids, the generator that drew them, to draw more from the same stream)."""
-    sessions = _open(engine, [model], capacity or n_ids)
-    try:
-        gen = torch.Generator().manual_seed(0)
-        ids = torch.randint(model.config.vocab_size, (1, n_ids), generator=gen)
-        if prefill:
-            sessions[0].forward(ids[:, :prefill], 0)
-        yield sessions[0], ids, gen
-    finally:
-        _close(sessions)
-
-
-@contextmanager
-def forward_calls(model: GPT, context: int, token_counts: tuple[int, ...], engine: Engine | None = None):
-    """Cached forwards of each of token_counts tokens after `context` cached positions, as calls to
-    time, {n_tokens: call}. They share one session, opened and prefilled once, so every call after
-    a graph's first (which compiles on a compiled engine) is the forward alone; each rewrites the
-    slots from `context` on, and attends only up to its own positions.
-
-    n_tokens=1 is a decode step (the cost c is a ratio of these); n_tokens=k+1 is a verification."""
-    if engine is not None:
-        engine.want_token_counts(*token_counts)
-    with torch.no_grad(), _prefilled_session(engine, model, context + max(token_counts), context) as (session, ids, _):
-        yield {n: partial(session.forward, ids[:, context:context + n], context) for n in token_counts}
-
 
 @contextmanager
 def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings, engine: Engine | None = None):
@@ -356,7 +313,7 @@ def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings
     if engine is None or not engine.runs_fused_rounds:
         raise ValueError("a round's draft half is its own graph only on an engine that runs fused rounds")
     # a round finds the draft valid up to n - 3
-    with torch.no_grad(), _prefilled_session(engine, draft, context, context - 2,
+    with torch.no_grad(), prefilled_session(engine, draft, context, context - 2,
                                              capacity=context + k) as (session, ids, gen):
         caches = (session.k_caches, session.v_caches)
         bucket = context_bucket(context + k, draft.config.max_seq_len)

@@ -213,20 +213,15 @@ def with_marginal_draft_step(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_compile_seconds(summary: pd.DataFrame, stamps: dict[tuple[str, int, str], dict]) -> pd.DataFrame:
-    """Each group job's compile time on its engine, in s (compile_s): everything that engine compiled in
-    the job (the rounds' graphs, the forwards it times, target-only sampling's step), as the job stamped
-    it, with its wait for the helper process that compiled the forward timing's graphs beside its own
-    (inferlab.speculative.compile_ahead); how many of those graphs inductor compiled (graphs_compiled,
-    of them graphs_compiled_beside in the helper) and how many it loaded from what earlier jobs left in its
-    on-disk cache (graphs_from_cache), which makes a compile time a load's. stamps maps (draft, k, engine)
-    -> the engine's stamp; a group the stamps do not name gets NaN, not a free compile."""
+    """What compiling each group's graphs cost, in s (compile_s): the compile rules' time for every package
+    its job ran on that engine (the rounds, the forwards it times, target-only sampling's step; packages
+    a group shares with others count in each), and how many packages that was. stamps maps (draft, k,
+    engine) -> the engine's stamp; a group the stamps do not name gets NaN, not a free compile."""
     keys = list(zip(summary["draft"], summary["k"].astype(int), summary["engine"], strict=True))
 
     def stamped(field: str, scale: float = 1.0) -> list[float]:
         return [float(stamps[key].get(field, math.nan)) * scale if key in stamps else math.nan for key in keys]
-    return summary.assign(compile_s=stamped("compile_ms_total", 1e-3), graphs_compiled=stamped("graphs_compiled"),
-                          graphs_from_cache=stamped("graphs_from_cache"),
-                          graphs_compiled_beside=stamped("graphs_compiled_beside"))
+    return summary.assign(compile_s=stamped("package_compile_ms_total", 1e-3), packages=stamped("packages"))
 
 
 BEST_CRITERIA = {

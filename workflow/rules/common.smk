@@ -127,7 +127,8 @@ def corpus_source():
 # (their numbers depend on the numeric stack) also hash the torch, numpy and Python versions.
 SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
 COMPUTE_SCRIPTS = {"training_model", "kvcache_timing", "kvcache_steps", "kvcache_roofline_probe", "sampling_distribution",
-                   "sampling_cell", "sampling_human", "speculative_group", "quant_scheme"}
+                   "sampling_cell", "sampling_human", "speculative_group", "quant_scheme", "graphs_model",
+                   "graphs_target_only", "graphs_round"}
 _CODE_HASHES = {}
 # the parses of the package's modules, kept between Snakemake starts (inferlab/jobs/lineage.py)
 PARSE_CACHE = Path(".snakemake/inferlab/code-parses.json")

@@ -16,6 +16,7 @@ KV_GPUS = 1 if KV["device"] == "cuda" else 0
 
 rule kvcache_timing:
     input:
+        unpack(lambda w: model_graphs(TARGET)),
         **checkpoint(TARGET),
         vocab=CORPUS["vocab"],
     output:
@@ -40,7 +41,7 @@ rule kvcache_timing:
         gpu=KV_GPUS,
         mem_mb=2000,
         # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
-        # per engine; a compiled engine adds a few minutes of compilation on a busy machine
+        # per engine
         runtime=lambda w: len(config["engine"]) * (
             4 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6)),
     conda:
@@ -51,6 +52,7 @@ rule kvcache_timing:
 
 rule kvcache_steps:
     input:
+        unpack(lambda w: model_graphs(TARGET)),
         **checkpoint(TARGET),
         vocab=CORPUS["vocab"],
     output:

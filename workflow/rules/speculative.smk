@@ -11,14 +11,15 @@ SPEC_GROUPS = [f"{draft}_k{k}" for draft in SPEC["drafts"] for k in SPEC["ks"]]
 SPEC_DECODE_PARAMS = {key: SPEC[key] for key in ("prompts", "seeds", "new_tokens", "temperature", "top_p",
                                                    "timing_reps")} | {"engines": config["engine"]}
 # Runtime request: about 1 s per 100 decoded tokens on a 2-core CPU, with a wide margin; every
-# prompt x seed decodes twice (speculative and target-only). Per engine, plus a few minutes for a
-# compiled engine's graphs.
+# prompt x seed decodes twice (speculative and target-only). Per engine.
 SPEC_MINUTES = len(config["engine"]) * max(5, 2 * len(SPEC["prompts"]) * (len(SPEC["seeds"]) * SPEC["timing_reps"] + 2)
                                            * SPEC["new_tokens"] // 2000 + 3)
 
 
 rule speculative_group:
     input:
+        unpack(lambda w: model_graphs(TARGET, "target_graphs") | model_graphs(w.draft, "draft_graphs")
+               | group_graphs(w.draft, w.k)),
         target_weights=checkpoint(TARGET)["weights"],
         target_meta=checkpoint(TARGET)["meta"],
         draft_weights=lambda w: checkpoint(w.draft)["weights"],

@@ -73,9 +73,7 @@ def engine_comparison(per_engine: dict[str, dict]) -> str:
             text += (f"; profiled with an event per kernel ({_fmt(split['split_step_ms'], 3)} ms a step there, the "
                      f"profiler's own cost included), a step spends {share['kernel_ms']:.0%} of its time in its "
                      f"{split['kernel_events']:.0f} kernels and library calls, {share['graph_code_ms']:.0%} in the "
-                     f"graph's code between them, {share['wrapper_ms']:.0%} in the wrappers around the graph, "
-                     f"{share['guard_ms']:.0%} on dynamo's guards and {share['entry_ms']:.0%} in the Python before "
-                     f"the wrappers (our engine's, and torch.compile's entry where a call goes through dynamo)")
+                     f"package's code between them and {share['entry_ms']:.0%} in our Python around the call")
         kernels = ev.get("decode_step_kernels")
         if kernels:
             text += (f", {kernels['kernel_launches']} kernels per step, {kernels['cpp_gemm_template']} of them "

@@ -1,0 +1,37 @@
+"""One model's compiled forwards as AOTInductor packages: on the target, every
+graph Experiment 1 runs and the steps and verifications the speculative groups time; on a draft, its
+timed step. The packages are compiled for the timing jobs' thread count, whatever this job runs with."""
+
+from pathlib import Path
+
+import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
+
+from inferlab.core.checkpoint import load_checkpoint
+from inferlab.core.engine import CompiledEngine
+from inferlab.core.packages import build_or_mark_unavailable, write_manifest
+from inferlab.corpus.prompt import encode_prompt
+from inferlab.corpus.text import load_vocabulary
+from inferlab.jobs.job_start import start_job
+from inferlab.jobs.lineage import job_lineage
+from inferlab.kvcache.bench import build_kvcache_graphs
+from inferlab.speculative.forwards import build_forward_graphs, encode_prompts
+
+smk = snakemake  # noqa: F821
+p = smk.params
+lineage = job_lineage(smk.rule, smk.params.items(), smk.input)
+log = start_job(smk.log[0], smk.threads, lineage=lineage)
+vocab = load_vocabulary(smk.input.vocab)
+model, _ = load_checkpoint(Path(smk.input.meta).parent, expected_vocab_sha256=vocab.sha256())
+directory = Path(smk.output.packages)
+engine = CompiledEngine(build_dir=directory, threads=p.timing_threads)
+
+
+def build():
+    if p.kvcache:
+        prompt, _ = encode_prompt(vocab, p.kvcache["prompt"])
+        build_kvcache_graphs(model, prompt, max(p.kvcache["lengths"]), p.kvcache["step_points"], "cpu", engine)
+    build_forward_graphs(model, encode_prompts(vocab, p.prompts), p.new_tokens, tuple(p.token_counts), engine)
+
+
+build_or_mark_unavailable(directory, build, log)
+write_manifest(directory, Path(smk.output.manifest), lineage)
