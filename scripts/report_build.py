@@ -8,7 +8,7 @@ from inferlab.jobs.machine import machine_stamp
 from inferlab.report.build import ReportPaths, run_information, write_report
 from inferlab.report.catalog import FIGURE_CATALOG
 from inferlab.report.inputs import add_reference_table, load_inputs
-from inferlab.review.causes import causes_record
+from inferlab.review.lineage_graph import causes_record
 from inferlab.review.metrics import probe_calibration
 from inferlab.review.recording import ReviewPaths
 

@@ -19,8 +19,8 @@ from inferlab.jobs import lineage as lineage_mod
 from inferlab.jobs.lineage import CHECKOUT, code_sha256, file_sha256, job_lineage, set_job_lineage
 from inferlab.jobs.tables import write_table
 from inferlab.review import diff_summary, verdicts
-from inferlab.review.attribution import CODE, CONFIG, INPUT, MACHINE, UNEXPLAINED
-from inferlab.review.causes import causes_record
+from inferlab.review.attribution import CODE, CONFIG, INPUT, MACHINE, UNEXPLAINED, Cause, render
+from inferlab.review.lineage_graph import causes_record
 from inferlab.review.metrics import COLUMNS, EXACT, NOISE_FLOOR, REP_RANGE, STAMP_COLUMNS
 
 SCRIPTS = {"train_model": "scripts/training_model.py", "quant_scheme": "scripts/quant_scheme.py",
@@ -209,6 +209,36 @@ def test_a_group_reads_as_its_nearest_cause_then_one_line_per_further_cause(tmp_
     assert markdown.count("node-a → node-b") == 1, markdown
 
 
+def test_causes_are_records_the_stored_lineage_reproduces_and_only_render_makes_their_text(tmp_path):
+    """The diff from two ledger entries (their lineage stored as JSON) holds the same cause records as the
+    diff of the runs in memory; the `cause` text beside them, also in the table the diff CLI writes, is
+    render()'s, and no record holds text of its own (no "old → new")."""
+    from inferlab.review import diff, ledger
+    from inferlab.review.attribution import CAUSE_SEPARATOR
+
+    edited = code_root_with_edit(tmp_path, "inferlab/sampling/aggregate.py")
+    old, old_record = make_run(tmp_path / "old", node="node-a")
+    new, new_record = make_run(tmp_path / "new", node="node-b", steps=600, code_root=edited,
+                               drift={("sampling", "greedy"): 0.1, ("kvcache", "16 cache"): 0.5})
+    history = tmp_path / "history"
+    entries = [ledger.append_run(history, table, {"run_id": name, "causes": record}, [])
+               for name, table, record in (("a-old", old, old_record), ("b-new", new, new_record))]
+    assert diff.main([*map(str, entries), "--table", str(tmp_path / "d.parquet")]) == 0
+    in_memory = verdicts.diff_metrics(old, new, old_record, new_record)
+    stored = diff.compare(entries[0], old, new, diff.record_of(entries[1]), "new", None).table
+    assert stored["causes"].tolist() == in_memory["causes"].tolist()
+    assert {c.kind for causes in stored["causes"] for c in causes} >= {CODE, CONFIG, INPUT, MACHINE}
+    texts = [CAUSE_SEPARATOR.join(map(render, causes)) for causes in stored["causes"]]
+    written = pd.read_parquet(tmp_path / "d.parquet")
+    assert stored["cause"].fillna("").tolist() == texts == written["cause"].fillna("").tolist()
+
+    def values(cause):
+        yield from (cause.rule, *(cause.field or ()), *cause.old, *cause.new)
+        yield from values(cause.via) if cause.via else ()
+
+    assert not [v for causes in stored["causes"] for c in causes for v in values(c) if "→" in str(v)]
+
+
 def test_a_timing_measured_again_is_noise_not_an_unexplained_job(tmp_path):
     """The timing table upstream of a summary holds new numbers though its job records nothing new:
     it was measured again, which a timing always is; nothing deterministic is blamed."""
@@ -387,23 +417,31 @@ def test_a_milestone_turned_stale_is_explained_by_the_staleness_check_and_any_ot
 def test_inputs_a_smaller_grid_no_longer_reads_are_one_cause_and_long_settings_are_counted():
     """A quick run against a full one: thirty cells no longer read are one line, not thirty, and
     a grid of settings reads as its size, not as its every entry."""
-    from inferlab.review.attribution import Walk, config_changes
+    from inferlab.review.attribution import Comparison, config_changes
 
     cells = {f"results/sampling/cells/T{t}.parquet": f"sha{t}" for t in range(30)}
     job = {"rule": "sampling_summary", "config_sha256": "c", "code_sha256": "k"}
     old = {"files": {"results/sampling/summary.parquet": {**job, "inputs_sha256": cells}}}
     new = {"files": {"results/sampling/summary.parquet": {**job, "inputs_sha256": dict(list(cells.items())[:2])}}}
-    (cause,) = Walk(old, new).file_causes("results/sampling/summary.parquet")
-    assert (cause.kind, cause.text) == (INPUT, "results/sampling/cells/T10.parquet and 27 more removed as inputs")
+    (cause,) = Comparison(old, new).file_causes("results/sampling/summary.parquet")
+    text = render(cause, with_kind=False)
+    assert (cause.kind, text) == (INPUT, "results/sampling/cells/T10.parquet and 27 more removed as inputs")
     grid = [{"cell": f"T{t}", "temperature": t / 10} for t in range(26)]
-    assert config_changes({"cells": grid}, {"cells": grid[:5]}, {}, {}) == ["cells [26 entries] → [5 entries]"]
-    assert config_changes({"seed": 1}, {"seed": 2}, {}, {}) == ["seed 1 → 2"]
+
+    def config_texts(*settings) -> list[str]:
+        return [render(Cause.changed(CONFIG, config_changes(*settings, {}, {})), with_kind=False)]
+
+    assert config_texts({"cells": grid}, {"cells": grid[:5]}) == ["cells [26 entries] → [5 entries]"]
+    assert config_texts({"seed": 1}, {"seed": 2}) == ["seed 1 → 2"]
 
 
 def test_a_card_names_each_metrics_nearest_cause_and_counts_the_rest():
-    cause = " · ".join(["config: quantization.gptq.damp 0.01 → 0.05", "input: checkpoint ref retrained: config: x",
-                        "machine: quant_scheme ran on another machine: CPU A → CPU B"])
+    cause = (Cause.changed(CONFIG, {"quantization.gptq.damp": (0.01, 0.05)}),
+             Cause(INPUT, field=("results/models/ref/meta.json",), old=("a",), new=("b",),
+                   via=Cause.changed(CONFIG, {"x": (1, 2)})),
+             Cause.changed(MACHINE, {"cpu_model": ("CPU A", "CPU B")}, rule="quant_scheme"))
     assert diff_summary.brief_cause(cause) == "config: quantization.gptq.damp 0.01 → 0.05 (+2 more causes below)"
     long = "config: " + "; ".join(f"training.defaults.setting_{i} {i} → {i + 1}" for i in range(20))
-    brief = diff_summary.brief_cause(long)
+    brief = diff_summary.brief_cause([Cause.changed(CONFIG, {f"training.defaults.setting_{i}": (i, i + 1)
+                                                             for i in range(20)})])
     assert len(brief) == diff_summary.CARD_CAUSE_CHARS and brief.endswith("…") and brief.startswith(long[:100])

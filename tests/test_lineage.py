@@ -13,7 +13,7 @@ import pandas as pd
 from inferlab.jobs import lineage
 from inferlab.jobs.lineage import code_identity, code_sha256, import_closure, job_lineage
 from inferlab.jobs.tables import read_provenance, write_table
-from inferlab.review.staleness import CURRENT, NO_LINEAGE, STALE, lineage_table, stale_inputs
+from inferlab.review.lineage_graph import CURRENT, NO_LINEAGE, STALE, lineage_table, stale_inputs
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

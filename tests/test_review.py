@@ -191,7 +191,7 @@ def test_a_model_stamp_that_names_another_checkpoint_makes_its_milestone_stale(t
 
 
 def test_a_stamp_that_disagrees_with_the_weights_in_its_lineage_is_found():
-    from inferlab.review.staleness import stamp_disagreements
+    from inferlab.review.lineage_graph import stamp_disagreements
     weights = "results/models/ref_baseline/model.safetensors"
     provenance = {
         "agrees": {"model": {"model": "ref_baseline", "checkpoint_sha256": "a" * 64},

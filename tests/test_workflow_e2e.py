@@ -23,7 +23,7 @@ import yaml
 from inferlab.jobs.tables import read_json, read_provenance
 from inferlab.jobs.template_lineage import rule_code_sha256
 from inferlab.review.ledger import list_runs
-from inferlab.review.staleness import CURRENT, STALE, lineage_table
+from inferlab.review.lineage_graph import CURRENT, STALE, lineage_table
 from tests.conftest import link_workflow, synthetic_corpus
 
 ROOT = Path(__file__).resolve().parent.parent

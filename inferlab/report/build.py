@@ -23,6 +23,7 @@ from inferlab.report.workbench import grid_records, workbench_html
 from inferlab.review import runinfo
 from inferlab.review.diff import Changes, changes_since
 from inferlab.review.diff_figure import diff_figure
+from inferlab.review.lineage_graph import LineageGraph
 from inferlab.review.metrics import metrics_table
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.recording import ReviewPaths, bundle_and_record, unique_run_id
@@ -76,12 +77,13 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     (only when code_hashes, the current code hash per rule, is given); 3. this run's metrics and
     the diff against the previous ledger entry / pinned reference; 4. the documents and exports;
     5. the bundle, then the ledger entry (last: it records the hashes of everything above).
-    causes: this run's causes record (inferlab.review.causes), kept in the ledger so that a later
+    causes: this run's causes record (inferlab.review.lineage_graph), kept in the ledger so that a later
     diff can name why a number moved.
     """
     machine = machine or machine_stamp("cpu")
     milestones = check_all(data, machine)
-    lineage = opening.lineage_of_inputs(data, code_hashes, workdir) if code_hashes is not None else None
+    graph = LineageGraph.of_record(causes) if causes else None  # the lineage, read once for the record
+    lineage = opening.lineage_of_inputs(data, code_hashes, workdir, graph) if code_hashes is not None else None
     if lineage is not None:
         opening.mark_stale(milestones, lineage)
     metrics = run_metrics(data, milestones)

@@ -2,7 +2,7 @@
 
 build.py calls these after the milestone checks and before rendering:
 1. lineage_of_inputs: the lineage table of every input table, JSON file and checkpoint meta.json
-   against the current code hashes (inferlab.review.staleness);
+   against the current code hashes (inferlab.review.lineage_graph);
 2. mark_stale: a milestone with a stale input becomes `stale` (never pass), and its stamps name
    the code hash that made its numbers;
 3. opening_blocks: a warning for every unexplained change, one card per milestone (status,
@@ -21,6 +21,7 @@ import pandas as pd
 from inferlab.report.display import display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
+from inferlab.review.attribution import render
 from inferlab.review.diff import Changes
 from inferlab.review.diff_summary import (
     cause_groups,
@@ -31,8 +32,8 @@ from inferlab.review.diff_summary import (
     reproducibility_line,
     unexplained,
 )
+from inferlab.review.lineage_graph import STALE, LineageGraph, lineage_table, stale_inputs
 from inferlab.review.milestone_map import MILESTONE_INPUTS
-from inferlab.review.staleness import STALE, lineage_table, mark_disagreements, stale_inputs, stamp_disagreements
 from inferlab.review.verdicts import NOT_COMPARABLE
 
 STALE_STATUS = "stale"
@@ -51,11 +52,12 @@ def input_provenance(data: ReportInputs) -> dict[str, dict]:
     return provenance
 
 
-def lineage_of_inputs(data: ReportInputs, code_hashes: Mapping[str, str], workdir: str | None = ".") -> pd.DataFrame:
-    """The lineage table (path = the input's key), with the file each key stands for."""
+def lineage_of_inputs(data: ReportInputs, code_hashes: Mapping[str, str], workdir: str | None = ".",
+                      graph: LineageGraph | None = None) -> pd.DataFrame:
+    """The lineage table (path = the input's key), with the file each key stands for. graph: the lineage
+    upstream of the inputs when this run's causes record already read it; else it is read from workdir."""
     provenance = input_provenance(data)
-    table = lineage_table(provenance, code_hashes, workdir=workdir)
-    table = mark_disagreements(table, stamp_disagreements(provenance, data.metas))
+    table = lineage_table(provenance, code_hashes, workdir=workdir, graph=graph, metas=data.metas)
     table.insert(1, "file", [data.paths.get(key, key) for key in table["path"]])
     return table
 
@@ -128,7 +130,7 @@ def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tup
     if diff is None or unexplained(diff).empty:
         return []
     rows = unexplained(diff)
-    named = "; ".join(f"{r.experiment} {r.metric} {r.key} ({r.cause.split(': ', 1)[-1]})"
+    named = "; ".join(f"{r.experiment} {r.metric} {r.key} ({render(r.causes[0], with_kind=False)})"
                       for r in rows.head(listed).itertuples())
     more = f"; and {len(rows) - listed} more" if len(rows) > listed else ""
     return [("warning", f"Unexplained: {len(rows)} deterministic metric(s) moved and nothing recorded differs "
@@ -144,8 +146,8 @@ def change_groups(diff: pd.DataFrame, machine: str | None = None, listed: int = 
     folded: list[tuple] = []
     count = 0
     shown = needs_look(diff)
-    for _, cause, rows in cause_groups(shown):
-        heading, also = cause_lines(cause, machine)
+    for _, causes, rows in cause_groups(shown):
+        heading, also = cause_lines(causes, machine)
         more = f" (the first {listed} of {len(rows)})" if len(rows) > listed else ""
         group = [("cause", f"{heading} — moved {len(rows)} metric(s)", also),
                  ("table", changes_table(rows.head(listed)), f"Metrics with this cause{more}")]

@@ -1,8 +1,8 @@
-"""Why a metric moved: the nearest recorded difference between two runs' causes records.
+"""Why a metric moved: the nearest recorded differences between two runs' lineage graphs, as Causes.
 
-For one metric, the walk starts at the table that holds it (the metrics table's `source`) and
-goes up the DAG through every input whose recorded sha256 differs. At each job it names every
-recorded difference, most specific first:
+For one metric, the comparison starts at the table that holds it (the metrics table's `source`) and
+goes up both runs' graphs (inferlab.review.lineage_graph) through every input whose recorded sha256
+differs. At each job it names every recorded difference, most specific first:
   1. config:  its resolved settings (named by their config path where the run's config shows
               the same old → new change);
   2. code:    its rule's code hash, named module by module (or library: only the numeric stack's
@@ -15,16 +15,18 @@ retrained on another CPU names both, since either can have moved its numbers.
 A deterministic metric that moved with none of these recorded is **unexplained**: the lab is
 not reproducible at that point. A timing is also judged against the machines' own stamps and
 this run's probe (calibration), since the same code runs at another speed on another VM.
+
+A cause is a record (Cause) and render() the only place one becomes text: whatever needs a cause's job,
+input or values reads its fields, never its text.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from inferlab.review.causes import META_FILE, WEIGHTS_SUFFIX, lineage_key
+from inferlab.review.lineage_graph import META_FILE, WEIGHTS_FILE, LineageGraph, lineage_key
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 
 UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORDED = (
@@ -34,6 +36,18 @@ CAUSE_ORDER = [UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NO
 # Between a metric's causes in the diff's `cause` column; "; " already separates a cause's own parts
 # (two settings, two machine fields)
 CAUSE_SEPARATOR = " · "
+# The causes that name no job and no field always read the same.
+FIXED_TEXT = {
+    UNEXPLAINED: "a deterministic number moved and nothing recorded differs",
+    CODE: "milestone stale: its tables were made by other code or inputs than the checkout that built the report "
+          "(the report checks every table's lineage against the current code)",
+    CONTENDED: "a run was contended (other work loaded the machine while it timed)",
+    NOISE: "nothing recorded differs (code, config, inputs, machine): load or noise beyond the rep range",
+    NOT_RECORDED: "the older run records no lineage, so its code and config cannot be compared",
+}
+SCRIPT = "<script>"  # among a code cause's fields: the rule's own script, beside the modules it imports
+# A setting's value longer than this (a grid of cells, a list of prompts) is named by its size.
+SHOWN_VALUE_CHARS = 60
 
 # The machine-stamp fields a job's results can depend on, with how a change is named.
 MACHINE_FIELDS = {"cpu_model": "CPU", "cpu_kernel_flags": "kernel flags", "cpu_caches": "caches",
@@ -53,31 +67,80 @@ CALIBRATION_FIELDS = {"bandwidth_GB_per_s": ("probe bandwidth", "GB/s"),
 
 @dataclass(frozen=True)
 class Cause:
-    kind: str
-    text: str  # the same for every metric one difference moved, so the diff can group by it
+    """One recorded difference, by kind (CAUSE_ORDER).
 
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.text}"
+    rule: the job the cause names (whose settings were not recorded, whose code changed, that ran on
+        another machine, or that wrote a table which changed though nothing it records did).
+    field: what differs: config paths, modules (SCRIPT: the script), packages, machine fields, input
+        files or tables measured again; None where the runs did not record it.
+    old, new: per field, its value in each run (an input's sha256; None where a run did not read it).
+    via: for an input, the config, code or library cause upstream that moved it.
+    """
+
+    kind: str
+    rule: str | None = None
+    field: tuple | None = ()
+    old: tuple = ()
+    new: tuple = ()
+    via: Cause | None = None
+
+    @classmethod
+    def changed(cls, kind: str, moves: Mapping[str, tuple], rule: str | None = None) -> Cause:
+        """A cause naming each moved field with its (old, new) values, in the order given."""
+        return cls(kind, rule, tuple(moves), *(tuple(pair[i] for pair in moves.values()) for i in (0, 1)))
+
+
+def render(c: Cause, with_kind: bool = True, input_joiner: str = ": ") -> str:
+    """The cause as text, '<kind>: <what differs>'. input_joiner: between an input and the cause that moved
+    it (": " in the diff's `cause` column, " — from " where a group lists its causes one per line)."""
+    if with_kind:
+        return f"{c.kind}: {render(c, False, input_joiner)}"
+    if c.kind in FIXED_TEXT and c.rule is None and c.field == ():
+        return FIXED_TEXT[c.kind]
+    first, more = (label(c.field[0]), len(c.field) - 1) if c.field else ("", 0)
+    if c.kind == INPUT and c.via is not None:
+        retrained = " retrained" if first != c.field[0] else ""  # a checkpoint: its model was trained again
+        return f"{first}{retrained}{f' and {more} more like it' if more else ''}{input_joiner}{render(c.via)}"
+    if c.kind == INPUT and None in (c.old[0], c.new[0]):
+        how = "added" if c.old[0] is None else "removed"
+        return f"{first} and {more} more {how} as inputs" if more else f"{first} {how} as an input"
+    if c.kind == INPUT:
+        return f"{first} changed (sha256 {str(c.old[0])[:8]} → {str(c.new[0])[:8]})"
+    if c.kind == UNEXPLAINED:
+        return f"{first} changed though nothing its job ({c.rule}) records differs: that job is not deterministic"
+    if c.kind == NOISE:
+        others = f" and {more} more" if more else ""
+        return f"{first}{others} measured again, with nothing else its job records differing"
+    if c.kind == CODE and c.field:
+        return f"{c.rule}: " + ", ".join(f"the script of {c.rule}" if f == SCRIPT else f for f in c.field)
+    if c.kind == CODE:
+        why = "; the modules behind it were not recorded" if c.field is None else ", but not in a recorded module"
+        return f"{c.rule} (its code hash differs{why})"
+    if c.field is None:
+        return f"{c.rule} settings (values not recorded)"
+    names = MACHINE_FIELDS if c.kind == MACHINE else {}
+    moves = [_move(*move, names) for move in zip(c.field, c.old, c.new, strict=True)]
+    moves = (", " if c.kind == LIBRARY else "; ").join(moves)
+    return f"{c.rule} ran on another machine: {moves}" if c.rule else moves
+
+
+def _move(field: str, old, new, names: Mapping[str, str]) -> str:
+    """'name old → new'; a probe rate to three digits with its unit."""
+    if field in CALIBRATION_FIELDS:
+        name, unit = CALIBRATION_FIELDS[field]
+        return f"{name} {old:.3g} → {new:.3g} {unit}"
+    return f"{names.get(field, field)} {shown_value(old)} → {shown_value(new)}"
 
 
 def label(path: str) -> str:
+    """A file as a cause names it: a checkpoint (its weights or meta.json) by its model."""
     parts = PurePosixPath(lineage_key(path)).parts
-    if parts[-1] == META_FILE and len(parts) >= 2:
-        return f"checkpoint {parts[-2]}"
-    return str(path)
-
-
-# A setting's value longer than this (a grid of cells, a list of prompts) is named by its size.
-SHOWN_VALUE_CHARS = 60
+    return f"checkpoint {parts[-2]}" if parts[-1] == META_FILE and len(parts) >= 2 else str(path)
 
 
 def shown_value(value) -> str:
     """A setting's value as a cause names it: absent, a short number, or a long list by its size."""
-    if value is None:
-        return "absent"
-    if isinstance(value, float):
-        return f"{value:g}"
-    text = str(value)
+    text = "absent" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
     if len(text) <= SHOWN_VALUE_CHARS:
         return text
     if isinstance(value, list | tuple | Mapping):
@@ -87,32 +150,30 @@ def shown_value(value) -> str:
 
 def flatten(value, prefix: str = "") -> dict[str, object]:
     """{dotted path: leaf} of nested dicts; lists and scalars are leaves."""
-    if isinstance(value, Mapping):
-        out = {}
-        for key, inner in value.items():
-            out.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
+    if not isinstance(value, Mapping):
+        return {prefix: value}
+    return {path: leaf for key, inner in value.items()
+            for path, leaf in flatten(inner, f"{prefix}.{key}" if prefix else str(key)).items()}
 
 
 def leaf_changes(old, new) -> dict[str, tuple]:
+    """{dotted path: (old, new)} for every leaf that differs, in path order."""
     old_flat, new_flat = flatten(old or {}), flatten(new or {})
     return {key: (old_flat.get(key), new_flat.get(key)) for key in sorted(old_flat.keys() | new_flat.keys())
             if old_flat.get(key) != new_flat.get(key)}
 
 
-def config_changes(old_settings, new_settings, old_config, new_config) -> list[str]:
-    """'path old → new' per changed setting, named by the config path that made the same change
+def config_changes(old_settings, new_settings, old_config, new_config) -> dict[str, tuple]:
+    """{path: (old, new)} per changed setting, named by the config path that made the same change
     (e.g. the rule's `gptq.damp` is the config's `quantization.gptq.damp`)."""
     in_config = leaf_changes(old_config, new_config)
-    named = []
+    named = {}
     for key, change in leaf_changes(old_settings, new_settings).items():
         paths = [p for p, c in in_config.items() if c == change]
         last = key.rsplit(".", 1)[-1]
         paths = [p for p in paths if p.rsplit(".", 1)[-1] == last] or paths
-        for path in paths or [key]:
-            named.append(f"{path} {shown_value(change[0])} → {shown_value(change[1])}")
-    return sorted(set(named))
+        named.update((path, change) for path in paths or [key])
+    return dict(sorted(named.items()))
 
 
 def _module_path(name: str, modules: Mapping[str, str]) -> str:
@@ -123,18 +184,16 @@ def _module_path(name: str, modules: Mapping[str, str]) -> str:
 def code_changes(rule: str, old_rule: Mapping | None, new_rule: Mapping | None) -> Cause:
     """The modules (or numeric-stack versions) that make a rule's code hash differ."""
     if not old_rule or not new_rule or old_rule.get("modules") is None or new_rule.get("modules") is None:
-        return Cause(CODE, f"{rule} (its code hash differs; the modules behind it were not recorded)")
+        return Cause(CODE, rule, field=None)
     old_modules, new_modules = old_rule["modules"], new_rule["modules"]
     changed = [_module_path(m, {**old_modules, **new_modules}) for m in sorted(old_modules.keys() | new_modules.keys())
                if old_modules.get(m) != new_modules.get(m)]
     if old_rule.get("script") != new_rule.get("script"):
-        changed.insert(0, f"the script of {rule}")
+        changed.insert(0, SCRIPT)
     if changed:
-        return Cause(CODE, f"{rule}: {', '.join(changed)}")
+        return Cause(CODE, rule, tuple(changed))
     versions = leaf_changes(old_rule.get("versions"), new_rule.get("versions"))
-    if versions:
-        return Cause(LIBRARY, ", ".join(f"{k} {shown_value(a)} → {shown_value(b)}" for k, (a, b) in versions.items()))
-    return Cause(CODE, f"{rule} (its code hash differs, but not in a recorded module)")
+    return Cause.changed(LIBRARY, versions) if versions else Cause(CODE, rule)
 
 
 def same_machine(old: Mapping, new: Mapping) -> bool:
@@ -143,45 +202,42 @@ def same_machine(old: Mapping, new: Mapping) -> bool:
     return all(old.get(field) == new.get(field) for field in fields)
 
 
-def machine_changes(old: Mapping | None, new: Mapping | None) -> str | None:
-    """How two machines differ ('CPU A → B; node x → y'), or None when they are the same machine
+def machine_moves(old: Mapping | None, new: Mapping | None) -> dict[str, tuple]:
+    """{stamp field: (old, new)} where two machines differ; {} when they are the same machine
     (same_machine) or either is unknown. The fingerprint is named when no other field tells them apart."""
     if not old or not new or same_machine(old, new):
-        return None
+        return {}
     on_cpu = all(stamp.get("device_name") == stamp.get("cpu_model") for stamp in (old, new))
-    shown = {field: name for field, name in MACHINE_FIELDS.items() if not (on_cpu and field == "device_name")}
-    parts = [f"{name} {shown_value(old.get(field))} → {shown_value(new.get(field))}"
-             for field, name in shown.items() if field in old or field in new
-             if old.get(field) != new.get(field)]
-    fingerprints = (shown_value(stamp.get("fingerprint")) for stamp in (old, new))
-    return "; ".join(parts) or "fingerprint {} → {}".format(*fingerprints)
+    moved = {field: (old.get(field), new.get(field)) for field in MACHINE_FIELDS
+             if not (on_cpu and field == "device_name") and (field in old or field in new)
+             and old.get(field) != new.get(field)}
+    return moved or {"fingerprint": (old.get("fingerprint"), new.get("fingerprint"))}
 
 
-def calibration_changes(old: Mapping | None, new: Mapping | None) -> str | None:
-    """'probe bandwidth 121 → 186 GB/s' where this run's probe differs from the other's by more than
-    CALIBRATION_RATIO; None when they agree or either run has no probe."""
-    if not old or not new:
-        return None
-    parts = []
-    for field, (name, unit) in CALIBRATION_FIELDS.items():
-        a, b = old.get(field), new.get(field)
-        if a is None or b is None or not (a > 0 and b > 0) or math.isnan(a) or math.isnan(b):
-            continue
-        if max(a, b) / min(a, b) > CALIBRATION_RATIO:
-            parts.append(f"{name} {a:.3g} → {b:.3g} {unit}")
-    return "; ".join(parts) or None
+def calibration_moves(old: Mapping | None, new: Mapping | None) -> dict[str, tuple]:
+    """{probe rate: (old, new)} where this run's probe differs from the other's by more than
+    CALIBRATION_RATIO; {} when they agree or either run has no probe."""
+    pairs = {field: (old.get(field), new.get(field)) for field in CALIBRATION_FIELDS} if old and new else {}
+    return {field: (a, b) for field, (a, b) in pairs.items()
+            if a is not None and b is not None and a > 0 and b > 0 and max(a, b) / min(a, b) > CALIBRATION_RATIO}
 
 
-class Walk:
-    """The lineage walk over two causes records (old, new), cached per file."""
+class Comparison:
+    """Two runs' lineage graphs (kept in their causes records) compared file by file, each file once."""
 
     def __init__(self, old: Mapping, new: Mapping):
         self.old, self.new = old, new
+        self.graphs = LineageGraph.of_record(old), LineageGraph.of_record(new)
         self._cache: dict[str, list[Cause] | None] = {}
 
-    def entries(self, path: str) -> tuple[Mapping | None, Mapping | None]:
-        key = lineage_key(path)
-        return self.old.get("files", {}).get(key), self.new.get("files", {}).get(key)
+    def source_causes(self, source: str | None) -> list[Cause] | None:
+        """The recorded differences behind a metric's source table(s); None when a run did not record them."""
+        files = source_files(source, self.new) or source_files(source, self.old)
+        found = [self.file_causes(path) for path in files]
+        return unique([c for f in found for c in f]) if files and None not in found else None
+
+    def jobs(self, path: str) -> tuple[Mapping | None, Mapping | None]:
+        return self.graphs[0].job(path), self.graphs[1].job(path)
 
     def file_causes(self, path: str) -> list[Cause] | None:
         """The nearest recorded differences behind one file; [] when both runs recorded it the same,
@@ -189,21 +245,13 @@ class Walk:
         key = lineage_key(path)
         if key not in self._cache:
             self._cache[key] = None  # a cycle (none exist in a DAG) ends here
-            self._cache[key] = self._differences(*self.entries(path))
+            self._cache[key] = self._differences(*self.jobs(path))
         return self._cache[key]
 
     def _differences(self, old: Mapping | None, new: Mapping | None) -> list[Cause] | None:
         if old is None or new is None:
             return None
-        own = []  # the job itself differs: its settings, its code, or both
-        if old.get("config_sha256") != new.get("config_sha256"):
-            named = config_changes(old.get("settings"), new.get("settings"), self.old.get("config"),
-                                   self.new.get("config"))
-            own.append(Cause(CONFIG, "; ".join(named) if named and old.get("settings") is not None
-                             else f"{new.get('rule')} settings (values not recorded)"))
-        if old.get("code_sha256") != new.get("code_sha256"):
-            rule = new.get("rule")
-            own.append(code_changes(rule, self.old.get("rules", {}).get(rule), self.new.get("rules", {}).get(rule)))
+        own = self._own_changes(old, new)
         inputs = []
         old_inputs, new_inputs = old.get("inputs_sha256") or {}, new.get("inputs_sha256") or {}
         for path in sorted(old_inputs.keys() | new_inputs.keys()):
@@ -212,11 +260,23 @@ class Walk:
         # A job whose own code changed may also read inputs that moved, and run on another machine:
         # each is named, since any of them can be what moved its numbers (a checkpoint retrained on
         # a CPU with other bf16 kernels moves everything downstream, whatever else changed).
-        # an input moved by the same change as the job itself (a setting both read) is that change
-        inputs = [c for c in inputs if not any(c.text.endswith(f": {o}") for o in own)]
-        moved = machine_changes(old.get("machine"), new.get("machine"))
-        machine = [Cause(MACHINE, f"{new.get('rule')}{_RAN_ON_ANOTHER_MACHINE}{moved}")] if moved else []
-        return _unique(own + _merge_inputs(inputs) + machine)
+        # An input moved by the same change as the job itself (a setting both read) is that change.
+        inputs = [c for c in inputs if c.via not in own]
+        moved = machine_moves(old.get("machine"), new.get("machine"))
+        machine = [Cause.changed(MACHINE, moved, rule=new.get("rule"))] if moved else []
+        return unique(own + _merge_inputs(inputs) + machine)
+
+    def _own_changes(self, old: Mapping, new: Mapping) -> list[Cause]:
+        """The job itself differs: its settings, its code, or both."""
+        own, rule = [], new.get("rule")
+        if old.get("config_sha256") != new.get("config_sha256"):
+            named = config_changes(old.get("settings"), new.get("settings"), self.old.get("config"),
+                                   self.new.get("config"))
+            recorded = named and old.get("settings") is not None
+            own.append(Cause.changed(CONFIG, named) if recorded else Cause(CONFIG, rule, field=None))
+        if old.get("code_sha256") != new.get("code_sha256"):
+            own.append(code_changes(rule, self.old.get("rules", {}).get(rule), self.new.get("rules", {}).get(rule)))
+        return own
 
     def _same_checkpoint(self, path: str, old_inputs: Mapping, new_inputs: Mapping) -> bool:
         """A checkpoint's meta.json also records how long its training took, so a retraining to the
@@ -224,81 +284,43 @@ class Walk:
         meta.json records), the checkpoint is the same."""
         if PurePosixPath(path).name != META_FILE:
             return False
-        weights = str(PurePosixPath(path).with_name(WEIGHTS_SUFFIX))
+        weights = str(PurePosixPath(path).with_name(WEIGHTS_FILE))
         if weights in old_inputs and weights in new_inputs:
             return old_inputs[weights] == new_inputs[weights]
-        old, new = ((entry or {}).get("weights_sha256") for entry in self.entries(path))
+        old, new = ((job or {}).get("weights_sha256") for job in self.jobs(path))
         return old is not None and old == new
 
     def _input_causes(self, path: str, old_sha, new_sha) -> list[Cause]:
         upstream = self.file_causes(path)
         if upstream is None:  # a file without lineage (the corpus) or one a run did not record
-            if old_sha is None or new_sha is None:
-                return [Cause(INPUT, f"{label(path)}{_ADDED if old_sha is None else _REMOVED}")]
-            return [Cause(INPUT, f"{label(path)} changed (sha256 {str(old_sha)[:8]} → {str(new_sha)[:8]})")]
+            return [Cause(INPUT, field=(path,), old=(old_sha,), new=(new_sha,))]
         if not upstream:
-            rule = (self.entries(path)[1] or {}).get("rule")
-            return [Cause(UNEXPLAINED, f"{label(path)}{_NOTHING_RECORDED_DIFFERS} ({rule}) records "
-                                       "differs: that job is not deterministic")]
-        verb = " retrained" if label(path).startswith("checkpoint ") else ""
-        return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else Cause(INPUT, f"{label(path)}{verb}: {c}")
-                for c in upstream]
-
-
-_NOTHING_RECORDED_DIFFERS = " changed though nothing its job"
-_ADDED, _REMOVED = " added as an input", " removed as an input"
-_MANY = {_ADDED: " added as inputs", _REMOVED: " removed as inputs"}
-_RAN_ON_ANOTHER_MACHINE = " ran on another machine: "
-
-
-def job_on_another_machine(cause_text: str) -> tuple[str, str] | None:
-    """(job, how its machine differs) from a job's machine cause ("machine: <job> ran on another
-    machine: <change>"), or None for any other cause."""
-    kind, _, text = cause_text.partition(": ")
-    job, sep, moved = text.partition(_RAN_ON_ANOTHER_MACHINE)
-    return (job, moved) if kind == MACHINE and sep else None
-
-
-def unexplained_input(cause: Cause) -> str | None:
-    """The input an unexplained cause names (a table that changed with nothing its job records
-    differing), or None for any other cause."""
-    head, sep, _ = cause.text.partition(_NOTHING_RECORDED_DIFFERS)
-    return head if cause.kind == UNEXPLAINED and sep else None
+            return [Cause(UNEXPLAINED, (self.jobs(path)[1] or {}).get("rule"), field=(path,))]
+        return [c if c.kind in (INPUT, MACHINE, UNEXPLAINED) else
+                Cause(INPUT, field=(path,), old=(old_sha,), new=(new_sha,), via=c) for c in upstream]
 
 
 def _merge_inputs(causes: list[Cause]) -> list[Cause]:
-    """Input causes that differ only by the file (thirty grid cells of one rule, all moved by the
-    same code change, or no longer read by a smaller grid) read as one: the first file and how many more."""
-    by_reason: dict[tuple[str, str], list[str]] = {}
-    for cause in causes:
-        head, reason = _file_and_reason(cause)
-        by_reason.setdefault((cause.kind, reason), []).append(head)
-    merged = []
-    for (kind, reason), repeated in by_reason.items():
-        heads = sorted(set(repeated))  # a checkpoint's weights and meta.json are one input
-        if reason in _MANY:
-            merged.append(Cause(kind, heads[0] + (reason if len(heads) == 1 else
-                                                  f" and {len(heads) - 1} more{_MANY[reason]}")))
-        elif kind != INPUT or len(heads) == 1:
-            merged.append(Cause(kind, f"{heads[0]}: {reason}" if heads[0] else reason))
-        else:
-            merged.append(Cause(kind, f"{heads[0]} and {len(heads) - 1} more like it: {reason}"))
-    return merged
+    """Input causes that differ only by the file (thirty grid cells of one rule, all moved by the same
+    code change, or no longer read by a smaller grid) read as one: the first file and how many more.
+    A checkpoint's weights and meta.json are one input."""
+    groups: dict[str, dict[str, Cause]] = {}
+    for c in causes:
+        if c.kind == INPUT and (c.via or None in (c.old[0], c.new[0])):  # moved upstream, added or removed
+            alike = render(c.via) if c.via else "added" if c.old[0] is None else "removed"
+            groups.setdefault(alike, {}).setdefault(label(c.field[0]), c)
+        else:  # any other cause, or a file without lineage that changed (by its own sha256): only itself
+            groups.setdefault(render(c), {"": c})
+    alike = [[group[name] for name in sorted(group)] for group in groups.values()]
+    return [files[0] if len(files) == 1 else  # one cause: each file with its old and new sha256
+            Cause(INPUT, None, *zip(*((c.field[0], c.old[0], c.new[0]) for c in files), strict=True), files[0].via)
+            for files in alike]
 
 
-def _file_and_reason(cause: Cause) -> tuple[str, str]:
-    """(the input file, what moved it) of an input cause; ("", the text) for any other cause."""
-    if cause.kind != INPUT:
-        return "", cause.text
-    for ending in _MANY:
-        if cause.text.endswith(ending):
-            return cause.text[:-len(ending)], ending
-    head, sep, reason = cause.text.partition(": ")
-    return (head, reason) if sep else ("", cause.text)
-
-
-def _unique(causes: list[Cause]) -> list[Cause]:
-    return sorted(set(causes), key=lambda c: (CAUSE_ORDER.index(c.kind), c.text))
+def unique(causes: list[Cause]) -> list[Cause]:
+    """Each cause once (two that read alike are one), most specific first."""
+    by_text = {render(cause): cause for cause in reversed(causes)}
+    return [by_text[t] for t in sorted(by_text, key=lambda t: (CAUSE_ORDER.index(by_text[t].kind), t))]
 
 
 def source_files(source: str | None, record: Mapping) -> list[str]:
@@ -310,16 +332,3 @@ def source_files(source: str | None, record: Mapping) -> list[str]:
     else:
         keys = (source,) if source else ()
     return [sources[k] for k in keys if k in sources]
-
-
-def lineage_causes(source: str | None, old: Mapping | None, new: Mapping | None,
-                   walk: Walk | None = None) -> list[Cause] | None:
-    """The recorded differences behind a metric's source table(s); None when a run recorded no lineage."""
-    if not old or not new:
-        return None
-    walk = walk or Walk(old, new)
-    files = source_files(source, new) or source_files(source, old)
-    found = [walk.file_causes(path) for path in files]
-    if not files or any(f is None for f in found):
-        return None
-    return _unique([c for f in found for c in f])

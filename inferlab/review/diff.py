@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from inferlab.jobs.tables import read_provenance, write_table
 from inferlab.review import ledger
-from inferlab.review.attribution import leaf_changes, machine_changes, shown_value
+from inferlab.review.attribution import CONFIG, MACHINE, Cause, leaf_changes, machine_moves, render
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.diff_summary import to_markdown
 from inferlab.review.metrics import MACHINE_COLUMNS, stamp_of_columns
@@ -74,12 +74,12 @@ def config_note(old_config: str | None, new_config: str | None, old_record: dict
     without them it can only compare the config hashes."""
     old_settings, new_settings = ((record or {}).get("config") for record in (old_record, new_record))
     if isinstance(old_settings, dict) and isinstance(new_settings, dict):
-        changes = [f"{key} {shown_value(a)} → {shown_value(b)}"
-                   for key, (a, b) in leaf_changes(old_settings, new_settings).items() if key not in LOCATION_KEYS]
+        changes = {key: change for key, change in leaf_changes(old_settings, new_settings).items()
+                   if key not in LOCATION_KEYS}
         if not changes:
             return None
         more = f" and {len(changes) - named} more" if len(changes) > named else ""
-        what = "; ".join(changes[:named]) + more
+        what = render(Cause.changed(CONFIG, dict(list(changes.items())[:named])), with_kind=False) + more
     elif not old_config or not new_config or old_config == new_config:
         return None
     else:
@@ -89,7 +89,7 @@ def config_note(old_config: str | None, new_config: str | None, old_record: dict
 
 
 def record_of(path: Path) -> dict | None:
-    """The causes record (inferlab.review.causes) kept with a ledger entry or a metrics table; None if none."""
+    """The causes record (inferlab.review.lineage_graph) kept with a ledger entry or a metrics table; None if none."""
     path = Path(path)
     try:
         record = ledger.read_manifest(path).get("causes") if path.is_dir() else read_provenance(path).get("causes")
@@ -100,12 +100,12 @@ def record_of(path: Path) -> dict | None:
 
 def runs_machine_text(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
                       new_record: dict | None) -> str | None:
-    """How the machines of two runs differ (attribution.machine_changes, so "the same machine" means what it
-    means in every cause): from their records, else from the metrics' stamps where each run names one machine."""
-    recorded = machine_changes((old_record or {}).get("machine"), (new_record or {}).get("machine"))
-    if recorded or (old_record and new_record):
-        return recorded
-    return machine_changes(_one_machine(old), _one_machine(new))
+    """How the machines of two runs differ, as every cause names it (so "the same machine" means the same
+    everywhere): from their records, else from the metrics' stamps where each run names one machine."""
+    moved = machine_moves((old_record or {}).get("machine"), (new_record or {}).get("machine"))
+    if not moved and not (old_record and new_record):
+        moved = machine_moves(_one_machine(old), _one_machine(new))
+    return render(Cause.changed(MACHINE, moved), with_kind=False) if moved else None
 
 
 def _one_machine(table: pd.DataFrame) -> dict | None:
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     changes = compare(old_path, old_table, new_table, record_of(new_path), _label(new_path), config_of(new_path),
                       show_all=args.all)
     diff, markdown = changes.table, changes.markdown
+    diff = diff.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
     print(markdown)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)

@@ -4,18 +4,12 @@ and one line per milestone card."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from inferlab.review.attribution import (
-    CAUSE_ORDER,
-    CAUSE_SEPARATOR,
-    INPUT,
-    MACHINE,
-    UNEXPLAINED,
-    job_on_another_machine,
-)
+from inferlab.review.attribution import CAUSE_ORDER, MACHINE, UNEXPLAINED, Cause, render
 from inferlab.review.metrics import IDENTICAL_RTOL
 from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt
@@ -59,33 +53,28 @@ def reproducibility_line(diff: pd.DataFrame, old_label: str, machine: str | None
     return f"{r['identical']} of {r['total']} deterministic metrics identical to {old_label}{where}{within}{beyond}."
 
 
-def cause_groups(diff: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(kind, cause, its metrics) per distinct cause, unexplained first, then most specific first."""
+def cause_groups(diff: pd.DataFrame) -> list[tuple[str, tuple[Cause, ...], pd.DataFrame]]:
+    """(kind, causes, their metrics) per distinct set of causes, unexplained first, then most specific first."""
     caused = diff[diff["cause"].notna()]
-    groups = [(str(kind), str(cause), rows) for (kind, cause), rows in caused.groupby(["cause_kind", "cause"],
-                                                                                    sort=False)]
+    groups = [(str(kind), rows["causes"].iloc[0], rows)
+              for (kind, _), rows in caused.groupby(["cause_kind", "cause"], sort=False)]
     return sorted(groups, key=lambda g: (CAUSE_ORDER.index(g[0]) if g[0] in CAUSE_ORDER else len(CAUSE_ORDER),
-                                         -len(g[2]), g[1]))
+                                         -len(g[2]), g[2]["cause"].iloc[0]))
 
 
-def cause_lines(cause: str, machine: str | None = None) -> tuple[str, list[str]]:
+def cause_lines(causes: tuple[Cause, ...], machine: str | None = None) -> tuple[str, list[str]]:
     """A group's causes as a reader takes them in: the most specific as the heading, then one line for
     each further cause. An input reads with what moved it after a dash; the jobs that ran on the
     machine change named above the groups (`machine`) share one line that names them."""
     lines: list[str] = []
     jobs_on_that_machine: list[str] = []
     machine_line_at = 0  # where the first such job's cause stood
-    for part in cause.split(CAUSE_SEPARATOR):
-        kind, _, text = part.partition(": ")
-        on_machine = job_on_another_machine(part)
-        if on_machine and on_machine[1] == machine:
+    for cause in causes:
+        if cause.kind == MACHINE and cause.rule and render(replace(cause, rule=None), with_kind=False) == machine:
             machine_line_at = machine_line_at if jobs_on_that_machine else len(lines)
-            jobs_on_that_machine.append(on_machine[0])
-        elif kind == INPUT and ": " in text:
-            moved_input, _, reason = text.partition(": ")
-            lines.append(f"{INPUT}: {moved_input} — from {reason}")
+            jobs_on_that_machine.append(cause.rule)
         else:
-            lines.append(part)
+            lines.append(render(cause, input_joiner=" — from "))
     if jobs_on_that_machine:
         names = ", ".join(jobs_on_that_machine[:-1]) + " and " if len(jobs_on_that_machine) > 1 else ""
         lines.insert(machine_line_at, f"{MACHINE}: {names}{jobs_on_that_machine[-1]} ran on the other machine "
@@ -93,11 +82,11 @@ def cause_lines(cause: str, machine: str | None = None) -> tuple[str, list[str]]
     return lines[0], lines[1:]
 
 
-def brief_cause(cause: str, machine: str | None = None, limit: int = CARD_CAUSE_CHARS,
+def brief_cause(causes: tuple[Cause, ...], machine: str | None = None, limit: int = CARD_CAUSE_CHARS,
                 with_more: bool = True) -> str:
-    """A metric's cause as a milestone card shows it: the nearest cause, cut to `limit` characters,
+    """A metric's causes as a milestone card shows them: the nearest cause, cut to `limit` characters,
     and (with_more) how many further causes the "Changes since …" section below lists."""
-    heading, also = cause_lines(cause, machine)
+    heading, also = cause_lines(causes, machine)
     text = heading if len(heading) <= limit else heading[:limit - 1].rstrip() + "…"
     more = f" (+{len(also)} more cause{'s' if len(also) > 1 else ''} below)" if also and with_more else ""
     return text + more
@@ -159,9 +148,9 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
     if shown.empty:
         lines.append("No metric changed beyond its noise.")
         return "\n".join(lines) + "\n"
-    for _, cause, rows in cause_groups(shown):
+    for _, causes, rows in cause_groups(shown):
         more = len(rows) - listed if not show_all and len(rows) > listed else 0
-        heading, also = cause_lines(cause, machine)
+        heading, also = cause_lines(causes, machine)
         lines += [f"### {heading}", "", *(["Also:", "", *[f"- {line}" for line in also], ""] if also else []),
                   f"{len(rows)} metric(s):", "", *_markdown_rows(rows if show_all else rows.head(listed))]
         lines += ["", f"… and {more} more (`--all` lists them)."] if more else []
@@ -192,13 +181,13 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
             text = (f"{_fmt(r.old, r.old_text)} → {_fmt(r.new, r.new_text)}" if not missing(r.new_text)
                     or not missing(r.old_text) else f"{_signed(r.delta)} ({_signed(r.delta_pct, '%')})")
             parts.append(f"{r.metric} {r.key}: {text}"
-                         + (f" [{brief_cause(r.cause, machine)}]" if isinstance(r.cause, str) else ""))
+                         + (f" [{brief_cause(r.causes, machine)}]" if r.causes else ""))
         if len(changes) > listed:
             parts.append(f"{len(changes) - listed} more changed")
         tally = counts(rows)
         rest = ", ".join(f"{tally[v]} {v}" for v in (ADDED, REMOVED, NOT_COMPARABLE, WITHIN) if tally[v])
         not_comparable = list(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in
-                                            rows[rows.verdict == NOT_COMPARABLE]["cause"].dropna()))
+                                            rows[rows.verdict == NOT_COMPARABLE]["causes"] if c))
         if not_comparable:
             rest += f" [{'; '.join(not_comparable[:2])}{'; …' if len(not_comparable) > 2 else ''}]"
         if rows.empty and status.empty:

@@ -12,7 +12,7 @@ Each metric is judged against its own noise (see inferlab.review.metrics for the
 A deterministic number within IDENTICAL_RTOL of the other (summation order) is unchanged.
 
 Every metric that changed, flipped or is not comparable, and every deterministic metric that
-differs at all, gets a `cause` (inferlab.review.attribution): config, code, library, input,
+differs at all, gets its causes (inferlab.review.attribution): config, code, library, input,
 machine, or **unexplained** when nothing recorded differs. Unexplained changes head the diff.
 """
 
@@ -32,13 +32,13 @@ from inferlab.review.attribution import (
     NOT_RECORDED,
     UNEXPLAINED,
     Cause,
-    Walk,
-    calibration_changes,
-    lineage_causes,
-    machine_changes,
+    Comparison,
+    calibration_moves,
+    machine_moves,
+    render,
     same_machine,
-    unexplained_input,
 )
+from inferlab.review.lineage_graph import STALE
 from inferlab.review.metrics import (
     BOOTSTRAP_CI,
     CALIBRATION_COLUMNS,
@@ -50,7 +50,6 @@ from inferlab.review.metrics import (
     identical,
     stamp_of_columns,
 )
-from inferlab.review.staleness import STALE
 
 FLIPPED, CHANGED, ADDED, REMOVED = "flipped", "changed", "added", "removed"
 NOT_COMPARABLE, NO_NOISE, WITHIN, UNCHANGED = "not comparable", "no noise estimate", "within noise", "unchanged"
@@ -76,7 +75,7 @@ def _contended(row: pd.Series, side: str) -> bool:
 
 
 def _machine_stamp(row: pd.Series, side: str) -> dict:
-    """A metric's machine columns on one side of the diff, as a stamp (the fields machine_changes reads)."""
+    """A metric's machine columns on one side of the diff, as a stamp (the fields machine_moves reads)."""
     return stamp_of_columns({c: row.get(f"{c}_{side}") for c in MACHINE_COLUMNS})
 
 
@@ -89,12 +88,11 @@ def _calibration(row: pd.Series, side: str) -> dict:
             if not missing(row.get(f"{column}_{side}"))}
 
 
-def _machine_text(row: pd.Series) -> str | None:
+def _machine_moves(row: pd.Series) -> dict[str, tuple]:
     """What differs between the two machines a number was measured on, from its stamp columns and probes;
-    None on the same machine (same_machine) with probes that agree."""
-    stamped = machine_changes(_machine_stamp(row, "old"), _machine_stamp(row, "new"))
-    probes = calibration_changes(_calibration(row, "old"), _calibration(row, "new"))
-    return "; ".join(part for part in (stamped, probes) if part) or None
+    {} on the same machine (same_machine) with probes that agree."""
+    return {**machine_moves(_machine_stamp(row, "old"), _machine_stamp(row, "new")),
+            **calibration_moves(_calibration(row, "old"), _calibration(row, "new"))}
 
 
 def _timing_verdict(row: pd.Series) -> str:
@@ -147,7 +145,7 @@ def verdict(row: pd.Series) -> str:
     if bool(row["timing_new"]) and same(old_text, new_text) and same(row["value_old"], row["value_new"]):
         return UNCHANGED  # the same measurement, reused by both runs: nothing to compare across machines
     if bool(row["timing_new"]) and (_machine_differs(row) or _contended(row, "old") or _contended(row, "new")
-                                    or calibration_changes(_calibration(row, "old"), _calibration(row, "new"))):
+                                    or calibration_moves(_calibration(row, "old"), _calibration(row, "new"))):
         return NOT_COMPARABLE
     if not same(old_text, new_text):
         return CHANGED
@@ -174,65 +172,58 @@ def needs_cause(row: pd.Series, verdict_: str) -> bool:
 
 
 # A milestone turns stale when the code (or an input) its tables were made with is no longer the
-# checkout's. That is the cause whatever the walk over its tables finds: the tables may be the very
+# checkout's. That is the cause whatever the comparison of its tables finds: the tables may be the very
 # same files, and two runs' files differ in their stamps (times, load) even when every value agrees.
-STALE_CAUSE = ("milestone stale: its tables were made by other code or inputs than the checkout that "
-               "built the report (the report checks every table's lineage against the current code)")
-
-
 def _staleness_flip(row: pd.Series) -> bool:
     texts = {str(row.get("text_value_old")), str(row.get("text_value_new"))}
     return str(row.get("experiment")) == "milestones" and STALE in texts and len(texts) == 2
 
 
-def explain(row: pd.Series, verdict_: str, walk: Walk | None, old_record: dict | None,
+def _timing_causes(row: pd.Series, found: list[Cause] | None) -> list[Cause]:
+    """A timing's causes: a contended run and the machines first, then what the lineage names. A timing
+    table upstream that changed with nothing recorded differing was measured again: for a timing that is
+    noise, not a determinism bug."""
+    causes = [Cause(CONTENDED)] if _contended(row, "old") or _contended(row, "new") else []
+    moved = _machine_moves(row)
+    if moved:
+        causes.append(Cause.changed(MACHINE, moved))
+    causes += [c for c in found or [] if c.kind != UNEXPLAINED and (c.kind != MACHINE or not moved)]
+    remeasured = tuple(c.field[0] for c in found or [] if c.kind == UNEXPLAINED and c.field)
+    if remeasured:
+        causes.append(Cause(NOISE, field=remeasured))
+    return causes or [Cause(NOISE)]
+
+
+def explain(row: pd.Series, verdict_: str, comparison: Comparison | None, old_record: dict | None,
             new_record: dict | None) -> list[Cause]:
     """The causes of one moved metric, most specific first (see inferlab.review.attribution)."""
     source = row.get("source_new") if not missing(row.get("source_new")) else row.get("source_old")
-    found = lineage_causes(None if missing(source) else str(source), old_record, new_record, walk)
+    found = comparison.source_causes(None if missing(source) else str(source)) if comparison else None
     if bool(row["timing_new"]):
-        setting = []
-        if _contended(row, "old") or _contended(row, "new"):
-            setting.append(Cause(CONTENDED, "a run was contended (other work loaded the machine while it timed)"))
-        moved = _machine_text(row)
-        if moved:
-            setting.append(Cause(MACHINE, moved))
-        # a timing table upstream that changed with nothing recorded differing was measured again:
-        # for a timing that is noise, not a determinism bug
-        remeasured = [name for c in (found or []) if (name := unexplained_input(c))]
-        causes = setting + [c for c in (found or []) if c.kind != UNEXPLAINED and (c.kind != MACHINE or not moved)]
-        if remeasured:
-            more = f" and {len(remeasured) - 1} more" if len(remeasured) > 1 else ""
-            causes.append(Cause(NOISE, f"{remeasured[0]}{more} measured again, with nothing else its job records "
-                                       "differing"))
-        return causes or [Cause(NOISE, "nothing recorded differs (code, config, inputs, machine): load or noise "
-                                       "beyond the rep range")]
+        return _timing_causes(row, found)
     if _staleness_flip(row):
-        return [Cause(CODE, STALE_CAUSE)]
+        return [Cause(CODE)]
     if found:
         return found
     if found is not None:
-        return [Cause(UNEXPLAINED, "a deterministic number moved and nothing recorded differs")]
-    moved = machine_changes((old_record or {}).get("machine"), (new_record or {}).get("machine")) \
-        or _machine_text(row)
-    unrecorded = "the older run records no lineage, so its code and config cannot be compared"
-    if moved:
-        return [Cause(MACHINE, f"{moved} ({unrecorded})")]
-    return [Cause(NOT_RECORDED, unrecorded)]
+        return [Cause(UNEXPLAINED)]
+    moved = machine_moves((old_record or {}).get("machine"), (new_record or {}).get("machine")) \
+        or _machine_moves(row)
+    return ([Cause.changed(MACHINE, moved)] if moved else []) + [Cause(NOT_RECORDED)]
 
 
 def _causes(merged: pd.DataFrame, old_record: dict | None, new_record: dict | None) -> list[list[Cause]]:
-    walk = Walk(old_record, new_record) if old_record and new_record else None
-    return [explain(row, v, walk, old_record, new_record) if needs_cause(row, v) else []
+    comparison = Comparison(old_record, new_record) if old_record and new_record else None
+    return [explain(row, v, comparison, old_record, new_record) if needs_cause(row, v) else []
             for v, (_, row) in zip(merged["verdict"], merged.iterrows(), strict=True)]
 
 
 def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None = None,
                  new_record: dict | None = None) -> pd.DataFrame:
-    """One row per metric in either run: old, new, delta, delta_pct, verdict, cause; unexplained
-    changes first, then flips.
+    """One row per metric in either run: old, new, delta, delta_pct, verdict, cause_kind, causes (the
+    records, inferlab.review.attribution) and cause (their text); unexplained changes first, then flips.
 
-    old_record, new_record: the runs' causes records (inferlab.review.causes); without them the
+    old_record, new_record: the runs' causes records (inferlab.review.lineage_graph); without them the
     causes come from the metrics' own machine stamps only.
     """
     for side, table in (("old", old), ("new", new)):
@@ -259,7 +250,8 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
                                     for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
     causes = _causes(merged, old_record, new_record)
     out["cause_kind"] = [c[0].kind if c else None for c in causes]
-    out["cause"] = [CAUSE_SEPARATOR.join(map(str, c)) if c else None for c in causes]
+    out["causes"] = [tuple(c) for c in causes]
+    out["cause"] = [CAUSE_SEPARATOR.join(map(render, c)) if c else None for c in causes]
     rank = out["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
     rank = rank.where(out["cause_kind"] != UNEXPLAINED, -1)
     return (out.assign(_rank=rank).sort_values(["_rank", *ID_COLUMNS], kind="stable")
