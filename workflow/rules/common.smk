@@ -186,3 +186,25 @@ def rule_output(rule, output):
     """rules.<rule>.output.<output> (a name) or .output[<output>] (an index), for rule files included later."""
     outputs = getattr(rules, rule).output
     return outputs[output] if isinstance(output, int) else getattr(outputs, output)
+
+
+# The compiled engine's packages (workflow/rules/graphs.smk), as the inputs of the jobs that load them.
+GRAPHS_DIR = "results/graphs"
+COMPILED = "compiled" in config["engine"]
+
+
+def model_graphs(name, key="graphs"):
+    """A model's packages and their manifest, as rule inputs (none when no engine compiles)."""
+    if not COMPILED:
+        return {}
+    return {key: f"{GRAPHS_DIR}/{name}", f"{key}_manifest": f"{GRAPHS_DIR}/{name}.json"}
+
+
+def group_graphs(draft, k):
+    """Everything a group job runs beyond the two models' forwards: target-only sampling's step, its rounds."""
+    if not COMPILED:
+        return {}
+    return {"target_only_graphs": f"{GRAPHS_DIR}/target_only",
+            "target_only_graphs_manifest": f"{GRAPHS_DIR}/target_only.json",
+            "round_graphs": f"{GRAPHS_DIR}/rounds/{draft}_k{k}",
+            "round_graphs_manifest": f"{GRAPHS_DIR}/rounds/{draft}_k{k}.json"}

@@ -9,26 +9,7 @@
 # compile at once. A checkpoint, a setting that shapes a graph or the engine's code that changes reruns
 # the compile and what uses it. Compile time is each rule's benchmark file.
 
-GRAPHS_DIR = "results/graphs"
-COMPILED = "compiled" in config["engine"]
 GRAPH_PROMPTS = {key: SPEC[key] for key in ("prompts", "new_tokens")}
-
-
-def model_graphs(name, key="graphs"):
-    """A model's packages and their manifest, as rule inputs (none when no engine compiles)."""
-    if not COMPILED:
-        return {}
-    return {key: f"{GRAPHS_DIR}/{name}", f"{key}_manifest": f"{GRAPHS_DIR}/{name}.json"}
-
-
-def group_graphs(draft, k):
-    """Everything a group job runs beyond the two models' forwards: target-only sampling's step, its rounds."""
-    if not COMPILED:
-        return {}
-    return {"target_only_graphs": f"{GRAPHS_DIR}/target_only",
-            "target_only_graphs_manifest": f"{GRAPHS_DIR}/target_only.json",
-            "round_graphs": f"{GRAPHS_DIR}/rounds/{draft}_k{k}",
-            "round_graphs_manifest": f"{GRAPHS_DIR}/rounds/{draft}_k{k}.json"}
 
 
 rule compile_graphs:
