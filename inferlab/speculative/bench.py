@@ -108,12 +108,13 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
     check (load and steal) did not see.
 
     Reruns repeat the same seed, so their tokens and counters are identical (CPU decoding is
-    deterministic); only wall_ms differs. One untimed run of each decoder first warms the allocator
-    and kernels.
+    deterministic); only wall_ms differs. One untimed run of each decoder over every prompt first warms
+    the allocator, the kernels and (on the compiled engine) each prompt's prefill package.
     """
     engine = engine or EagerEngine()
     decoders = _decoders(target, draft, new_tokens, k, settings, engine)
-    _run_each_once(decoders, prompts[0])
+    for prompt in prompts:  # each prompt's own prefill is a package of its own on the compiled engine
+        _run_each_once(decoders, prompt)
     rows: dict[str, list[dict]] = {name: [] for name in decoders}
     pairs = [(rep, prompt, seed) for rep in range(timing_reps) for prompt in prompts for seed in seeds]
     bar = _bar(len(pairs), f"k={k}: speculative and target-only", progress_file)

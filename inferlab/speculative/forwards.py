@@ -72,8 +72,15 @@ def forward_calls(model: GPT, context: int, token_counts: tuple[int, ...], engin
 
 def build_forward_graphs(model: GPT, prompts: list[dict], new_tokens: int, token_counts: tuple[int, ...],
                          engine: Engine) -> None:
-    """Runs once each forward of `token_counts` rows that the groups' forward timing runs on one model
-    (on an engine that builds, that builds their packages)."""
+    """Runs once each forward of `token_counts` rows that the groups' forward timing runs on one model, and
+    each prompt's prefill as the decoders run it (all of the prompt but its last token, from position 0):
+    on an engine that builds, that builds their packages."""
     with forward_calls(model, forward_timing_context(prompts, new_tokens), token_counts, engine) as calls:
         for call in calls.values():
             call()
+    for ids in (prompt["ids"][:-1] for prompt in prompts if len(prompt["ids"]) > 1):
+        engine.want_token_counts(len(ids))
+        with torch.no_grad():
+            sessions = open_sessions(engine, [model], len(ids))
+            sessions[0].forward(torch.tensor([ids], dtype=torch.long), 0)
+            close_sessions(sessions)

@@ -45,6 +45,7 @@ rule compile_graphs:
 rule compile_target_only:
     input:
         **checkpoint(TARGET),
+        target_graphs=f"{GRAPHS_DIR}/{TARGET}",  # its prefills: the target's packages
         vocab=CORPUS["vocab"],
     output:
         packages=directory(f"{GRAPHS_DIR}/target_only"),
