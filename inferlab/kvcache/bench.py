@@ -33,7 +33,7 @@ from inferlab.core.engine import PACKAGE_CALL, CompiledEngine, EagerEngine, Engi
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
-from inferlab.core.timing import BURST_WARMUP, burst_median_ms, synchronize, timed_calls_ms, timed_ms
+from inferlab.core.timing import BURST_WARMUP, burst_median_ms, settle_heap, synchronize, timed_calls_ms, timed_ms
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 
 MODES = ("cache", "no_cache")
@@ -67,6 +67,7 @@ def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, wa
         for mode in MODES:
             generate(model, prompt, length, use_cache=mode == "cache", engine=engine)
             bar.update()
+    settle_heap()
     for rep in range(reps):
         tokens = {}
         for mode in _mode_order(rep):

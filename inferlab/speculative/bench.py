@@ -18,7 +18,7 @@ from inferlab.core.engine import EagerEngine, Engine
 from inferlab.core.engine_rows import engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
-from inferlab.core.timing import BURST_WARMUP, burst_median_ms, timed_calls_ms, timed_ms
+from inferlab.core.timing import BURST_WARMUP, burst_median_ms, settle_heap, timed_calls_ms, timed_ms
 from inferlab.speculative.decode import SamplingSettings, autoregressive_decode, draft_half_call, speculative_decode
 from inferlab.speculative.forwards import forward_calls, forward_timing_context
 from inferlab.speculative.fused import draft_forward_form
@@ -115,6 +115,7 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
     decoders = _decoders(target, draft, new_tokens, k, settings, engine)
     for prompt in prompts:  # each prompt's own prefill is a package of its own on the compiled engine
         _run_each_once(decoders, prompt)
+    settle_heap()
     rows: dict[str, list[dict]] = {name: [] for name in decoders}
     pairs = [(rep, prompt, seed) for rep in range(timing_reps) for prompt in prompts for seed in seeds]
     bar = _bar(len(pairs), f"k={k}: speculative and target-only", progress_file)
