@@ -288,9 +288,11 @@ def test_group_times_target_only_sampling_beside_each_speculative_run(monkeypatc
     prompts = [{"prompt_index": i, "prompt": str(ids), "ids": ids, "prompt_unk": 0}
                for i, ids in enumerate(([1, 2], [3]))]
     runs, baseline = bench.run_group(target, draft, prompts, [5, 6], 8, 2, SamplingSettings(), timing_reps=2)
-    timed = calls[2:]  # after one untimed run of each decoder
+    warm_up, timed = calls[:4], calls[4:]  # after one untimed run of each decoder over each prompt
+    assert [(c[0], c[1]) for c in warm_up] == [("speculative", (1, 2)), ("target_only", (1, 2)),
+                                               ("speculative", (3,)), ("target_only", (3,))]
     pairs = [timed[i:i + 2] for i in range(0, len(timed), 2)]
-    assert len(pairs) == 2 * 2 * 2 and sorted(c[0] for c in calls[:2]) == ["speculative", "target_only"]
+    assert len(pairs) == 2 * 2 * 2
     assert all(a[1:] == b[1:] and {a[0], b[0]} == {"speculative", "target_only"} for a, b in pairs)
     assert [a[0] for a, _ in pairs] == ["speculative", "target_only"] * 4
     assert len(runs) == len(baseline) == 8 and (baseline["wall_ms"] > 0).all()

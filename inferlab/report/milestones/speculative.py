@@ -193,7 +193,7 @@ def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tupl
              f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: "
              f"{_steps(int(fastest['k']), bool(fastest['drafts_in_one_graph']))} "
              f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, its share of the prompts' "
-             f"prefill (both models, run eagerly) {ev['round_prefill_ms']:.2f}, " + _rest(ev['round_rest_ms'])
+             f"prefill (both models) {ev['round_prefill_ms']:.2f}, " + _rest(ev['round_rest_ms'])
              + f"; without each decoder's prefill, its rounds run at {ev['wall_speedup_without_prefill']:.2f}x "
              "target-only's steps")
     text += at_bound
