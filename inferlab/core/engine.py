@@ -85,7 +85,6 @@ class EagerEngine:
     def __init__(self, fallback_reason: str | None = None, requested: str = "eager"):
         self.engine_fallback_reason = fallback_reason
         self.requested = requested  # "compiled" when this is the fallback of a failed compile
-        self.compile_ms: dict[str, float] = {}
 
     @property
     def engine_used(self) -> str:
