@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from inferlab.report.display import display_name
+from inferlab.experiments import display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.review.attribution import render

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferlab.report.display import display_name
+from inferlab.experiments import display_name
 from inferlab.review.numbers import fmt
 
 Block = tuple
