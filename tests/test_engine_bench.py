@@ -15,8 +15,8 @@ from inferlab.jobs.tables import read_provenance, write_table
 from inferlab.report.assemble import build_document
 from inferlab.report.inputs import ReportInputError, ReportInputs, add_reference_table
 from inferlab.report.milestones.checklist import check_all
-from inferlab.report.render import cell_text
 from inferlab.report.sections.kvcache import engine_bench_note
+from inferlab.review.numbers import fmt
 from tests.test_report import full_data
 from tests.test_speculative import tiny_gpt
 
@@ -58,7 +58,7 @@ def test_the_note_quotes_the_table_with_its_own_stamp(bench_file):
     one = table.loc[table["rows"] == 1, "median_ms"].iloc[0]
     three = table.loc[table["rows"] == 3, "median_ms"].iloc[0]
     quoted = [float(x) for x in re.findall(r"eager (\d+\.?\d*)", note)]
-    assert quoted and quoted[0] == float(cell_text(one))  # as the report formats it (a tiny model: 0.03 ms)
+    assert quoted and quoted[0] == float(fmt(one))  # as the report formats it (a tiny model: 0.03 ms)
     ratio = float(re.search(r"3 rows cost (\d+\.?\d*)×", note).group(1))
     assert ratio == pytest.approx(three / one, rel=0.01)
 

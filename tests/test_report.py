@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -22,10 +23,13 @@ from inferlab.kvcache import summary as kvsummary
 from inferlab.kvcache.roofline import anchor_roofline, our_roofline
 from inferlab.quant import bench as quant_bench
 from inferlab.quant import choice as quant_choice
+from inferlab.report import narrative
+from inferlab.report.assemble import build_document
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
+from inferlab.report.milestones.checklist import check_all
 from inferlab.report.milestones.common import FAIL, MISSING, PASS
-from inferlab.report.milestones.kvcache import check_m1
+from inferlab.report.milestones.kvcache import COMPILED_BOUND_TARGET, check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2
 from inferlab.report.milestones.speculative import (
@@ -36,6 +40,7 @@ from inferlab.report.milestones.speculative import (
     check_m3,
 )
 from inferlab.report.stamp_reader import stamp_lines
+from inferlab.review.numbers import fmt
 from inferlab.review.runinfo import benchmark_table, classify_outputs
 from inferlab.sampling import aggregate as sampling_aggregate
 from inferlab.sampling import threshold_rule
@@ -310,7 +315,7 @@ def test_all_milestones_pass_on_good_tables():
         assert m.stamps["repeats"] and m.stamps["baseline"]
 
 
-def test_m1_sentence_is_built_from_measured_numbers():
+def test_m1_evidence_is_the_measured_numbers():
     tables = kv_tables()
     m = check_m1(full_data(), MACHINE)
     eager = {key: df[df["engine"] == "eager"] for key, df in tables.items() if key != "roofline"}
@@ -318,41 +323,44 @@ def test_m1_sentence_is_built_from_measured_numbers():
     fit = eager["kv_fit"].set_index("length").loc[256]
     roof = tables["roofline"]
     ours = roof[(roof["subject"] == "ours") & (roof["engine"] == "eager")].iloc[0]
-    assert m.evidence["length"] == 256 and m.evidence["engine"] == "eager"  # criteria on the seed-faithful engine
-    assert m.evidence["ratio"] == pytest.approx(summary.loc[(256, "cache"), "speed_ratio"])
-    assert m.evidence["a_ms"] == pytest.approx(fit["a_ms"]) and m.evidence["a_ms"] == pytest.approx(1.1, abs=0.02)
-    for number in (f"{m.evidence['ratio']:.2f}x", f"{fit['flop_estimate_ratio']:.1f}x", f"{fit['a_ms']:.3f} ms",
-                   f"{fit['b_ms_per_position']:.4f} ms", f"{fit['fixed_share_no_cache']:.0%}",
-                   f"{ours['lower_bound_ms_per_token']:.4f} ms/token",
-                   f"{summary.loc[(256, 'cache'), 'ms_per_token_median']:.3f} ms"):
+    ev = m.evidence.engines["eager"]
+    assert m.evidence.length == 256 and m.evidence.primary is ev  # criteria on the seed-faithful engine
+    assert ev.ratio == pytest.approx(summary.loc[(256, "cache"), "speed_ratio"])
+    assert ev.a_ms == pytest.approx(fit["a_ms"]) and ev.a_ms == pytest.approx(1.1, abs=0.02)
+    for name in ("flop_estimate_ratio", "b_ms_per_position", "fixed_share_no_cache", "predicted_ratio"):
+        assert getattr(ev, name) == pytest.approx(fit[name]), name
+    assert ev.roofline_bound_ms == pytest.approx(ours["lower_bound_ms_per_token"])
+    assert ev.cached_ms_per_token == pytest.approx(summary.loc[(256, "cache"), "ms_per_token_median"])
+    for number in (fmt(ev.ratio, "x"), fmt(ev.flop_estimate_ratio, "x"), fmt(ev.a_ms, " ms"),
+                   fmt(ev.b_ms_per_position, " ms"), fmt(ev.fixed_share_no_cache, "%"), fmt(ev.predicted_ratio, "x")):
         assert number in m.verdict, number
     seed = json.loads(SEED_REF.read_text(encoding="utf-8"))["kvcache"]
-    assert f"{m.evidence['ratio']:.2f}x" in m.headline and f"{seed['cpu_ratio_at_256']}x" in m.headline
+    assert fmt(ev.ratio, "x") in m.headline and f"{seed['cpu_ratio_at_256']}x" in m.headline
 
 
 def test_m1_compares_the_compiled_engine_with_eager():
     tables = kv_tables()
     m = check_m1(full_data(), MACHINE)
-    compiled = m.evidence["engines"]["compiled"]
-    summ = tables["kv_summary"]
-    fit = tables["kv_fit"]
+    compiled, eager = m.evidence.engines["compiled"], m.evidence.engines["eager"]
+    summ, fit = tables["kv_summary"], tables["kv_fit"]
     row = summ[(summ["engine"] == "compiled") & (summ["length"] == 256) & (summ["mode"] == "cache")].iloc[0]
-    assert compiled["ratio"] == pytest.approx(row["speed_ratio"])
-    assert compiled["cached_ms_per_token"] == pytest.approx(row["ms_per_token_median"])
+    assert compiled.ratio == pytest.approx(row["speed_ratio"])
+    assert compiled.cached_ms_per_token == pytest.approx(row["ms_per_token_median"])
     a_c = fit[fit["engine"] == "compiled"]["a_ms"].iloc[0]
-    assert compiled["a_ms"] == pytest.approx(a_c) and a_c < m.evidence["a_ms"]  # the fixture's smaller overhead
-    assert "Compiled against eager" in m.verdict
-    assert f"{compiled['ratio']:.2f}x vs {m.evidence['ratio']:.2f}x" in m.verdict
-    assert f"{row['ms_per_token_median']:.3f} vs {m.evidence['cached_ms_per_token']:.3f} ms/token" in m.verdict
-    direction = "grows" if compiled["ratio"] > m.evidence["ratio"] else "shrinks"
-    assert f"the cache's benefit {direction}" in m.verdict
-    assert f"{compiled['ratio']:.2f}x compiled" in m.headline
+    assert compiled.a_ms == pytest.approx(a_c) and a_c < eager.a_ms  # the fixture's smaller overhead
+    assert f"{fmt(eager.ratio, 'x')} on eager and {fmt(compiled.ratio, 'x')} on compiled" in m.verdict
+    assert f"{fmt(compiled.ratio, 'x')} on compiled" in m.headline
+    # the compiled engine's target: its cached step within 4x the roofline bound (here 22x: not met)
+    (row,) = [t for t in m.evidence.targets if t.target.startswith("cached step over the roofline bound")
+              and t.target.endswith("compiled")]
+    assert row.ours == pytest.approx(compiled.cached_ms_per_token / compiled.roofline_bound_ms)
+    assert (row.limit, row.met) == (COMPILED_BOUND_TARGET, False) and "not met below: cached step" in m.verdict.lower()
 
 
 def test_contended_timings_are_marked_in_stamp_and_verdict():
     m = check_m1(full_data(**kv_tables(contended=True)), MACHINE)
     assert m.status == PASS and "contended" in m.verdict and m.stamps["contended"] is True
-    assert "contended" in " ".join(stamp_lines(m.stamps))
+    assert m.evidence.timing.contended and "contended" in " ".join(stamp_lines(m.stamps))
     m = check_m3(full_data(**spec_tables(contended=True)), MACHINE)
     assert "contended" in m.verdict and "contended" in m.headline
     assert "contended" not in check_m1(full_data(), MACHINE).verdict
@@ -372,23 +380,25 @@ def test_timings_from_different_nodes_are_not_comparable():
     per_group = {"c1_dim64_k1.parquet": node_a, "c1_dim64_k3.parquet": node_b}
     data.provenance["spec_summary"] = {**PROV, "machine": node_a, "machines_per_group": per_group}
     m = check_m3(data, MACHINE)
-    assert "Not comparable (different nodes)" in m.verdict and m.stamps["nodes"] == ["node-a", "node-b"]
+    assert "Not comparable (different nodes)" in m.verdict and m.stamps["nodes"] == m.evidence.timing.nodes == [
+        "node-a", "node-b"]
 
 
 def test_m1_fails_when_an_output_differs_and_is_missing_without_fit():
     m = check_m1(full_data(**kv_tables(same_output=False)), MACHINE)
-    assert m.status == FAIL and "same_output is false in 2 of 24 rows (eager: 2, compiled: 0)" in m.verdict
+    assert m.status == FAIL and m.evidence.differs_by_engine == {"eager": 2, "compiled": 0}
+    assert "Failed: outputs token-identical in only 22 of 24 runs (differing: eager 2, compiled 0)" in m.verdict
     m = check_m1(full_data(**kv_tables(same_output=False, differs_on="compiled")), MACHINE)
-    assert m.status == FAIL and "(eager: 0, compiled: 2)" in m.verdict  # every engine must reproduce the output
+    assert m.status == FAIL and m.evidence.differs_by_engine == {"eager": 0, "compiled": 2}  # every engine counts
     data = full_data()
     data.tables["kv_fit"] = None
     m = check_m1(data, MACHINE)
-    assert m.status == MISSING and "kv_fit" in m.missing_inputs
+    assert m.status == MISSING and "kv_fit" in m.missing_inputs and "kv_fit" in m.verdict
 
 
 def test_m2_fails_only_when_table_default_or_decision_is_missing():
     m = check_m2(full_data(**{"sp_repetition": sampling_tables(full=False)["sp_repetition"]}), MACHINE)
-    assert m.status == FAIL and "2 grid cells absent" in m.verdict
+    assert m.status == FAIL and "only 3 of 5 grid cells" in m.verdict and len(m.evidence.cells_absent) == 2
     rep = sampling_tables()["sp_repetition"]
     m = check_m2(full_data(sp_repetition=rep[rep["cell"] != "human"]), MACHINE)
     assert m.status == FAIL and "no human reference row" in m.verdict
@@ -404,7 +414,7 @@ def test_m2_a_rule_with_no_cell_inside_its_threshold_is_a_finding_not_a_failure(
     default = tables["sp_default"].assign(rule_satisfied=False)
     m = check_m2(full_data(**{**tables, "sp_default": default}), MACHINE)
     assert m.status == PASS and "Finding: no cell met the rule's threshold" in m.verdict
-    assert f"Default: {default['cell'].iloc[0]}" in m.verdict
+    assert f"Default {default['cell'].iloc[0]} by the in-corpus floor rule" in m.verdict
 
 
 def test_m2_cites_distance_to_human_text_competitor_greedy_kept_and_min_p():
@@ -413,30 +423,32 @@ def test_m2_cites_distance_to_human_text_competitor_greedy_kept_and_min_p():
     default = tables["sp_default"].iloc[0]
     assert default["kind"] == "human_match" and m.status == PASS, m.verdict
     kept = int(tables["sp_distribution"].set_index("cell").loc[default["cell"], "kept"])
-    assert m.evidence["chosen"] == default["cell"] and f"Default: {default['cell']}" in m.verdict
-    assert f"Kept tokens at the prompt: {kept}" in m.verdict
-    assert default["min_p_decision"] in m.verdict and default["min_p_reason"] in m.verdict
-    assert (f"distance to human text {default['distance']:.3f} [{default['distance_ci_low']:.3f}, "
-            f"{default['distance_ci_high']:.3f}]") in m.verdict
-    assert f"nearest competitor {default['runner_up_cell']} at {default['runner_up_distance']:.3f}" in m.verdict
-    assert f"greedy at {default['greedy_distance']:.3f}" in m.verdict and "never eligible" in m.verdict
-    assert ("farther from human text" in m.verdict) == (default["greedy_distance"] > default["distance"])
-    assert f"{default['distance']:.2f}" in m.headline and str(kept) in m.headline
+    ev = m.evidence
+    assert (ev.chosen, ev.kept, ev.runner_up) == (default["cell"], kept, default["runner_up_cell"])
+    assert (ev.min_p_decision, ev.min_p_reason) == (default["min_p_decision"], default["min_p_reason"])
+    assert ev.distance_ci == (default["distance_ci_low"], default["distance_ci_high"])
+    assert f"Default {default['cell']}" in m.verdict and f"keeps {kept} tokens" in m.verdict
+    assert (f"distance {fmt(default['distance'])} (CI {fmt(default['distance_ci_low'])}–"
+            f"{fmt(default['distance_ci_high'])})") in m.verdict
+    assert f"{fmt(default['runner_up_distance'])} for {default['runner_up_cell']}" in m.verdict
+    assert f"{fmt(default['greedy_distance'])} for greedy" in m.verdict and default["min_p_decision"] in m.verdict
+    quoted = " ".join(narrative.statements(m))  # the producer's rule and min-p reason, verbatim, under the verdict
+    assert default["rule"] in quoted and default["min_p_reason"] in quoted
+    assert fmt(default["distance"]) in m.headline and str(kept) in m.headline
     assert "352 kept" in m.headline  # the seed page's number beside ours
 
 
 def test_m3_choice_and_identity():
     m = check_m3(full_data(), MACHINE)
-    assert m.status == PASS and m.evidence["greedy_identical"] == m.evidence["greedy_cases"] == 16
+    assert m.status == PASS and m.evidence.greedy_identical == m.evidence.greedy_cases == 16
     tables = spec_tables()
     chosen = tables["spec_best"].iloc[0]  # the one overall choice
     assert chosen["criterion"] == "chosen" and bool(chosen["overall_choice"])
-    assert (m.evidence["engine"], m.evidence["draft"], m.evidence["k"]) == (chosen["engine"], chosen["draft"],
-                                                                           chosen["k"])
-    assert m.evidence["speedup_time"] == pytest.approx(tables["spec_summary"]["speedup_theory_time"].max())
-    assert chosen["reason"] in m.verdict  # the experiment's own reason, not a re-decision
+    assert (m.evidence.engine, m.evidence.draft, m.evidence.k) == (chosen["engine"], chosen["draft"], chosen["k"])
+    assert m.evidence.speedup_time == pytest.approx(tables["spec_summary"]["speedup_theory_time"].max())
+    assert m.evidence.reason == chosen["reason"] and chosen["reason"] in " ".join(narrative.statements(m))
     m = check_m3(full_data(**spec_tables(all_identical=False)), MACHINE)
-    assert m.status == FAIL and "2 of 16" in m.verdict
+    assert m.status == FAIL and "14 of 16" in m.verdict
 
 
 def test_m3_reports_c_best_group_and_wall_clock_per_engine():
@@ -446,45 +458,35 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     for engine in ("eager", "compiled"):
         rows = summary[summary["engine"] == engine]
         pick = best[(best["engine"] == engine) & (best["criterion"] == "chosen_for_engine")].iloc[0]
-        ev = m.evidence["engines"][engine]
-        assert (ev["best_draft"], ev["best_k"]) == (pick["draft"], pick["k"])
-        assert ev["best_wall_speedup"] == pytest.approx(rows["wall_speedup"].max())
-        for draft, group in rows.groupby("draft"):
-            assert f"{draft} {group['c_time'].iloc[0]:.3f}" in m.verdict
-    # the chosen group's paragraph, then one bullet per engine (a reviewer reads each on its own), then identity
-    lead, heading, per_engine, identity = m.verdict_parts[:4]
-    assert lead.startswith("Chosen: draft") and heading == "Per engine:" and identity.startswith("Greedy identity")
-    assert [item.split(":")[0] for item in per_engine] == ["eager", "compiled"]
-    eager, compiled = m.evidence["engines"]["eager"], m.evidence["engines"]["compiled"]
-    # eager speculative runs are slower than target-only here: the verdict says so, with alpha and c
-    assert eager["best_wall_speedup"] < 1.0 and "no group beats target-only on the wall clock" in m.verdict
-    target_met = compiled["best_wall_speedup"] >= COMPILED_WALL_TARGET
-    assert compiled["compiled_target_met"] is target_met
-    assert f"{COMPILED_WALL_TARGET:.2f}x compiled target is {'met' if target_met else 'not met'}" in m.verdict
-    # the round's breakdown and the verification's cost, from the summary's own columns
+        ev = m.evidence.engines[engine]
+        assert (ev.best_draft, ev.best_k) == (pick["draft"], pick["k"])
+        assert ev.fastest_wall_speedup == pytest.approx(rows["wall_speedup"].max())
+        assert f"{engine} {fmt(ev.fastest_wall_speedup, 'x')} ({ev.fastest_group})" in m.verdict
+        assert ev.c_time_by_draft == pytest.approx({d: g["c_time"].iloc[0] for d, g in rows.groupby("draft")})
+    eager, compiled = m.evidence.engines["eager"], m.evidence.engines["compiled"]
+    # eager speculative runs are slower than target-only here: the verdict says so
+    assert eager.fastest_wall_speedup < 1.0 and "on eager no group beats target-only" in m.verdict
+    (wall,) = [t for t in m.evidence.targets if t.target.startswith("fastest group on the wall clock, compiled")]
+    assert wall.met is (compiled.fastest_wall_speedup >= COMPILED_WALL_TARGET) and wall.limit == COMPILED_WALL_TARGET
+    assert f"compiled {fmt(compiled.fastest_wall_speedup, 'x')}" in m.headline
+    # the round's breakdown, from the summary's own columns (the appendix shows them)
     fastest = rows.loc[rows["wall_speedup"].idxmax()]
-    assert f"a round of {compiled['best_wall_group']} takes {fastest['round_ms']:.2f} ms" in m.verdict
-    assert f"the verification {fastest['round_verify_ms']:.2f}" in m.verdict
+    assert fastest["round_ms"] == pytest.approx(fastest["round_draft_ms"] + fastest["round_verify_ms"]
+                                                + fastest["round_prefill_ms"] + fastest["round_rest_ms"])
     # the prompts' prefill, timed inside each decode, is a part of its own and not in the rest: two prompts of
     # 10 ms (x 0.7 on compiled) over 20 rounds; without it the rounds face the baseline's steps without its 2 x 5 ms
     assert fastest["round_prefill_ms"] == pytest.approx(2 * SPEC_PREFILL_MS * SPEC_WALL["compiled"] / 20)
-    assert fastest["round_rest_ms"] == pytest.approx(fastest["round_ms"] - fastest["round_draft_ms"]
-                                                     - fastest["round_verify_ms"] - fastest["round_prefill_ms"])
     k = int(fastest["k"])
     loops = [(2 * (100.0 + rep) - 2 * BASELINE_PREFILL_MS)
              / (2 * (100.0 + 10 * k + rep) * SPEC_WALL["compiled"] - 2 * SPEC_PREFILL_MS * SPEC_WALL["compiled"])
              for rep in range(2)]
     assert fastest["wall_speedup_without_prefill"] == pytest.approx(sum(loops) / 2)
-    assert (f"its share of the prompts' prefill (both models) {fastest['round_prefill_ms']:.2f}"
-            in m.verdict)
-    assert f"its rounds run at {fastest['wall_speedup_without_prefill']:.2f}x target-only's steps" in m.verdict
     verify = rows["verify_cost_ratio"]
-    assert f"costs {verify.min():.2f}-{verify.max():.2f} single steps" in m.verdict
-    assert f"compiled {compiled['best_wall_speedup']:.2f}x" in m.headline
+    assert compiled.verify_cost_ratio == pytest.approx((verify.min(), verify.max()))
     # each step against its bound: the target's 1.0 ms over 0.3, the fastest group's draft over its own
-    over = fastest["draft_step_ms"] / SPEC_STEP_BOUNDS[fastest["draft"]]
-    assert "a target step takes 1.000 ms, 3.3x its bound (0.300 ms)" in m.verdict
-    assert f"a {fastest['draft']} step {fastest['draft_step_ms']:.3f} ms, {over:.1f}x its bound" in m.verdict
+    assert fastest["target_step_over_bound"] == pytest.approx(1.0 / 0.3)
+    assert fastest["draft_step_over_bound"] == pytest.approx(fastest["draft_step_ms"]
+                                                             / SPEC_STEP_BOUNDS[fastest["draft"]])
     # the rounds' drafts: k separate steps on eager, one timed graph on compiled, whose step is c in a round
     eager_rows = summary[summary["engine"] == "eager"]
     assert not eager_rows["drafts_in_one_graph"].any()
@@ -496,89 +498,83 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     cost = DRAFTS[fastest["draft"]][1]
     marginal = rows.loc[rows["draft"] == fastest["draft"], "draft_step_marginal_ms"]
     assert marginal.tolist() == pytest.approx([0.6 * cost] * 2)
-    assert (f"inside a round's graph, where no draft step is a call of its own, each further {fastest['draft']} step "
-            f"adds {0.6 * cost:.3f} ms (c {0.6 * cost:.3f}; the slope over k = 1, 3, whose rounds run the draft's "
-            "projections as template GEMMs)") in per_engine[1]
-    assert "inside a round's graph" not in per_engine[0]
-    assert f"{int(fastest['k'])} draft step" in per_engine[1] and "as one graph" in per_engine[1]
     # the roofline's verification (0.3 and 0.6 ms against a 0.3 ms step) and the best group at the bounds
-    assert "at this machine's roofline 1.00/2.00 steps at k = 1/3" in per_engine[1]
+    assert compiled.verify_bound_ratio_by_k == pytest.approx({1: 1.0, 3: 2.0})
     at_bound = rows.loc[rows["speedup_at_bound"].idxmax()]
     assert at_bound["speedup_at_bound"] == pytest.approx(
         at_bound["formula_tokens_per_target_forward"] * 0.3
         / (at_bound["k"] * SPEC_STEP_BOUNDS[at_bound["draft"]] + SPEC_VERIFY_BOUNDS[at_bound["k"]]))
-    assert (f"the best group, {at_bound['draft']} k={int(at_bound['k'])}, would run at "
-            f"{at_bound['speedup_at_bound']:.2f}x") in per_engine[1]
-    assert compiled["speedup_at_bound"] == pytest.approx(at_bound["speedup_at_bound"])
+    assert compiled.speedup_at_bound == pytest.approx(at_bound["speedup_at_bound"])
+    assert wall.roofline == pytest.approx(at_bound["speedup_at_bound"])
 
 
 def test_m3_fits_no_draft_step_across_two_forms_of_the_drafts_projections():
     """k = 1 as template GEMMs, k = 3 as reductions: a slope through both would be the difference between
-    the forms, not what one more step costs, so each form (a single k here) has none and M3 names none."""
+    the forms, not what one more step costs, so each form (a single k here) has none."""
     tables = spec_tables(draft_forms={1: "template GEMMs", 3: "reductions"})
     rows = tables["spec_summary"][tables["spec_summary"]["engine"] == "compiled"]
     assert rows["draft_step_marginal_ms"].isna().all()
     assert sorted(set(zip(rows["k"], rows["draft_form"], rows["draft_step_marginal_ks"], strict=True))) == [
         (1, "template GEMMs", "1"), (3, "reductions", "3")]
-    m = check_m3(full_data(**tables), MACHINE)
-    assert "step adds" not in m.verdict and "the slope over" not in m.verdict
-    assert "step adds" in check_m3(full_data(**spec_tables()), MACHINE).verdict
+    assert check_m3(full_data(**tables), MACHINE).status == PASS
+
+
+def _targets(m) -> dict:
+    return {t.target: t for t in m.evidence.targets}
 
 
 def test_m3_holds_the_compiled_verification_to_its_target_and_names_where_the_roofline_rules_it_out():
     """Verifications cost 1.2 steps (met) unless a group's own target step runs faster; the roofline puts
     k = 3's verification at 2.00 bound steps, above the target whatever the engine measured."""
-    per_engine = check_m3(full_data(), MACHINE).verdict_parts[2]
-    assert (f"the verification target (at most {COMPILED_VERIFY_TARGET:.2f} steps for k <= 4) is met, and an engine "
-            "at this machine's roofline would miss it at k = 3 (2.00 steps)") in per_engine[1]
-    assert "verification target" not in per_engine[0]  # the target is the compiled engine's
+    m = check_m3(full_data(), MACHINE)
+    rows = _targets(m)
+    k3 = rows["verification at k = 3, compiled (single steps)"]
+    assert (k3.ours, k3.limit, k3.met, k3.roofline) == (pytest.approx(1.2), COMPILED_VERIFY_TARGET, True,
+                                                         pytest.approx(2.0))
+    assert not [t for t in rows if t.startswith("verification") and "eager" in t]  # the target is the compiled engine's
     # a machine that ran the compiled groups of k = 3 faster: their own target step 0.8 ms, so 1.2 / 0.8 = 1.5 steps
     m = check_m3(full_data(**spec_tables(compiled_step_scale_by_k={3: 0.8})), MACHINE)
-    assert "is not met at k = 3 (1.50), and an engine" in m.verdict_parts[2][1]
-    assert m.evidence["engines"]["compiled"]["verify_target_unmet_k"] == [3]
-    assert m.evidence["engines"]["compiled"]["verify_target_beyond_roofline_k"] == [3]
+    k3 = _targets(m)["verification at k = 3, compiled (single steps)"]
+    assert k3.ours == pytest.approx(1.5) and k3.met is False and "not met below: verification at k = 3" in m.verdict.lower()
+    assert m.evidence.engines["compiled"].verify_worst_by_k == pytest.approx({1: 1.2, 3: 1.5})
 
 
 def test_m3_holds_the_compiled_drafts_cost_and_each_jobs_compile_time_to_their_targets():
     """The smallest draft (fewest parameters: c1_dim64) costs 0.09 of a target step as a call and 0.6 of
     that inside a round's graph: met. The c1_dim64 k = 3 job compiled for 130 s: over the 120 s target."""
     m = check_m3(full_data(), MACHINE)
-    compiled = m.verdict_parts[2][1]
-    assert (f"the draft-cost target (c by time at most {COMPILED_DRAFT_C_TARGET:.2f} for c1_dim64) is met "
-            "(c 0.09-0.09 as a call of its own, 0.05-0.05 inside a round's graph)") in compiled
-    assert (f"the compile-time target (at most {COMPILE_TARGET_S:.0f} s for a group's packages) is not met "
-            "(longest c1_dim64 k=3, 130 s over its 4 packages, built by the compile rules)") in compiled
-    ev = m.evidence["engines"]["compiled"]
-    assert ev["draft_c_target_met"] and ev["compile_target_met"] is False and ev["compile_s_max"] == 130.0
-    from inferlab.report.sections.speculative import compiled_targets_table
-    row = compiled_targets_table(ev).iloc[-1]
-    assert row["verdict"] == "not met" and row["measured"].endswith("(longest c1_dim64 k=3, 4 packages)")
-    assert "draft-cost target" not in m.verdict_parts[2][0]  # the targets are the compiled engine's
+    ev, rows = m.evidence.engines["compiled"], _targets(m)
+    call = rows["c by time of c1_dim64 as a call, compiled"]
+    assert call.ours == pytest.approx((0.09, 0.09)) and (call.limit, call.met) == (COMPILED_DRAFT_C_TARGET, True)
+    assert rows["c by time of c1_dim64 inside a round's graph"].ours == pytest.approx((0.054, 0.054))
+    (compile_row,) = [t for t in rows.values() if t.target.startswith("compile time")]
+    assert compile_row.ours == (60.0, 130.0) and (compile_row.limit, compile_row.met) == (COMPILE_TARGET_S, False)
+    assert (ev.compile_longest_group, ev.compile_packages) == ("c1_dim64 k=3", 4)
     # the k = 3 jobs ran their target step twice as fast: c doubles there, above the target
     slow = check_m3(full_data(**spec_tables(compiled_step_scale_by_k={3: 0.5})), MACHINE)
-    assert "is not met (c 0.09-0.18 as a call of its own" in slow.verdict_parts[2][1]
-    assert not slow.evidence["engines"]["compiled"]["draft_c_target_met"]
+    call = _targets(slow)["c by time of c1_dim64 as a call, compiled"]
+    assert call.ours == pytest.approx((0.09, 0.18)) and call.met is False
 
 
-def test_experiment_3_tables_the_compiled_engines_targets_from_m3s_evidence():
-    """One row a target: this run's figure, the roofline's, and M3's own verdict on it."""
-    from inferlab.report.assemble import build_document
-    from inferlab.report.milestones.checklist import check_all
-
+def test_the_targets_table_is_rendered_from_the_evidence():
+    """One row a target under the verdict: ours, the limit (a target's, the roofline's, the seed page's), met."""
     data = full_data()
     milestones = check_all(data)
     doc = build_document(data, milestones, {"config_sha256": "x", "git_commit": "abc"})
-    caption = "The compiled engine against its targets"
-    (table,) = [b[1] for b in doc.blocks if b[0] == "table" and b[2].startswith(caption)]
-    assert table["verdict"].tolist() == ["met", "met", "met", "not met"]
-    ev = next(m for m in milestones if m.id == "M3").evidence["engines"]["compiled"]
-    assert table["measured"].tolist() == [
-        f"{ev['best_wall_speedup']:.2f}× ({ev['best_wall_group']})", "1.20/1.20 at k = 1/3",
-        "0.09–0.09 as a call, 0.05–0.05 inside a round",
-        "60–130 s (longest c1_dim64 k=3, 4 packages)"]
-    # at the roofline: the best group at the bounds, the verification's bound, c1_dim64's step bound over the target's
-    assert table["at the roofline"].tolist()[1:3] == ["1.00/2.00 at k = 1/3", "0.10"]
-    assert table["at the roofline"].iloc[0] == f"{ev['speedup_at_bound']:.2f}× ({ev['speedup_at_bound_group']})"
+    tables = {b[2]: b[1] for b in doc.blocks if b[0] == "table" and b[2].startswith("What M")}
+    assert sorted(tables) == [f"What M{i} checked: ours against each limit" for i in range(1, 5)]
+    m3 = tables["What M3 checked: ours against each limit"]
+    assert list(m3.columns) == ["target", "ours", narrative.LIMIT, "met?"]
+    rows = m3.set_index("target")
+    assert rows.loc["greedy output identical to the target's (cases)"].tolist() == ["16", "16 (every case)", "met"]
+    assert rows.loc["verification at k = 3, compiled (single steps)"].tolist() == ["1.2", "1.3 (target); roofline 2",
+                                                                                    "met"]
+    assert rows.loc["c by time of c1_dim64 as a call, compiled", "ours"] == "0.09"
+    compile_row = rows.loc[[t for t in rows.index if t.startswith("compile time")][0]]
+    assert compile_row.tolist() == ["60–130 s", "120 s (target)", "not met"]
+    # the seed page's figures sit in the limit column, marked as theirs
+    m4 = tables["What M4 checked: ours against each limit"].set_index("target")
+    assert m4.loc["noise floor (nats)", narrative.LIMIT] == "0.02 (seed page)"
 
 
 def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():
@@ -587,27 +583,20 @@ def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():
     summary = tables["spec_summary"]
     assert summary.groupby("engine")["job_speed_spread"].first().to_dict() == {"eager": 1.0, "compiled": 2.0}
     m = check_m3(full_data(**tables), MACHINE)
-    assert m.evidence["engines"]["compiled"]["job_speed_spread"] == pytest.approx(2.0)
-    eager, compiled = m.verdict_parts[2]
-    assert "different machine speeds" not in eager
-    assert "the group jobs ran at different machine speeds (their own target step 1.000-2.000 ms)" in compiled
-
-
-def test_m3_says_when_a_one_graph_round_costs_less_than_its_calls_one_by_one():
-    from inferlab.report.milestones.speculative import _rest
-
-    assert _rest(1.48) == "and the rest (accept rule, sampling, the cost of each call) +1.48"
-    assert _rest(-0.87) == "and the round as one graph costs 0.87 ms less than those calls made one by one"
+    assert m.evidence.engines["compiled"].job_speeds_differ and not m.evidence.engines["eager"].job_speeds_differ
+    assert "the compiled group jobs ran at different machine speeds (their own target step 1–2 ms)" in m.verdict.lower()
 
 
 def test_m4_pass_fail_missing():
     m = check_m4(full_data(), MACHINE)
     choice = quant_tables()["quant_choice"].iloc[0]
-    assert m.status == PASS and m.evidence["scheme"] == choice["scheme"] == "int4_per_tensor_sym"  # fewest bits
-    assert choice["measured"] in m.verdict and choice["reason"] in m.verdict
+    assert m.status == PASS and m.evidence.scheme == choice["scheme"] == "int4_per_tensor_sym"  # fewest bits
+    quoted = " ".join(narrative.statements(m))
+    assert choice["measured"] in quoted and choice["reason"] in quoted
     smallest = min(row["delta_loss"] for row in quant_rows())
     m = check_m4(full_data(**quant_tables(floor=smallest - 1e-3)), MACHINE)
     assert m.status == FAIL and "no scheme's loss increase is below the noise floor" in m.verdict
+    assert m.evidence.scheme is None and m.evidence.smallest[1] == pytest.approx(smallest)
     data = full_data()
     data.tables["quant_summary"] = None
     assert check_m4(data, MACHINE).status == MISSING
@@ -622,7 +611,65 @@ def test_m4_states_an_unreliable_noise_floor():
     assert nf["floor_reliability_note"].iloc[0] in m.verdict and "unreliable" in m.headline
     m = check_m4(full_data(noise_floor=nf.assign(floor_reliable=True, floor_reliability_note="")), MACHINE)
     assert "unreliable" not in m.verdict and "unreliable" not in m.headline
-    assert f"{m.evidence['delta_loss']:+.4f}" in m.headline and "+0.0083" in m.headline  # ours beside theirs
+    assert fmt(m.evidence.delta_loss, "+") in m.headline and "+0.0083" in m.headline  # ours beside theirs
+
+
+# ------------------------------------------------------------------------------- verdicts: short, and numbers only
+# from the evidence record
+
+FAILURES = {
+    "full": dict,
+    "M1 output differs": lambda: kv_tables(same_output=False),
+    "M2 cells absent": lambda: {"sp_repetition": sampling_tables(full=False)["sp_repetition"]},
+    "M3 greedy differs": lambda: spec_tables(all_identical=False),
+    "M3 verification slow": lambda: spec_tables(compiled_step_scale_by_k={3: 0.8}),
+    "M4 nothing chosen": lambda: quant_tables(floor=min(row["delta_loss"] for row in quant_rows()) - 1e-3),
+}
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "").lstrip("-") for n in NUMBER.findall(text)}
+
+
+def evidence_numbers(value) -> set[str]:
+    """Every number an evidence record can show: each numeric field as fmt writes it (plain, as a percent),
+    and the numbers inside its text fields (cell and group names, the producers' own sentences)."""
+    if dataclasses.is_dataclass(value):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return set().union(set(), *map(evidence_numbers, value.values()), *map(evidence_numbers, value.keys()))
+    if isinstance(value, (list, tuple)):
+        return set().union(set(), *map(evidence_numbers, value))
+    if isinstance(value, bool) or value is None:
+        return set()
+    if isinstance(value, (int, float)):
+        return _numbers(fmt(value)) | _numbers(fmt(value, "%"))
+    return _numbers(str(value))
+
+
+@pytest.fixture(scope="module")
+def checked() -> dict:
+    return {name: check_all(full_data(**tables()), MACHINE) for name, tables in FAILURES.items()}
+
+
+def test_every_verdict_is_at_most_three_sentences_and_500_characters(checked):
+    for name, milestones in checked.items():
+        for m in milestones:
+            sentences = re.findall(r"[.!?](?:\s|$)", m.verdict)
+            assert 1 <= len(sentences) <= 3 and len(m.verdict) <= 500, (name, m.id, len(m.verdict), m.verdict)
+    assert [[m.status for m in ms].count(FAIL) for ms in checked.values()] == [0, 1, 1, 1, 0, 1]
+
+
+def test_every_number_in_a_verdict_headline_or_finding_comes_from_the_evidence(checked):
+    for name, milestones in checked.items():
+        for m in milestones:
+            allowed = evidence_numbers(m.evidence)
+            for text in (m.verdict, m.headline, *narrative.findings(m)):
+                quoted = _numbers(text)
+                assert quoted and quoted <= allowed, (name, m.id, quoted - allowed, text)
+    m = checked["full"][0]
+    assert not _numbers(m.verdict + " and 12345.6 more") <= evidence_numbers(m.evidence)  # a typed-in number fails
 
 
 def test_a_column_the_report_needs_fails_with_table_and_column():
@@ -759,17 +806,13 @@ def test_failed_milestone_shows_as_failed_in_the_report(tmp_path):
     paths = _paths(tmp_path)
     write_report(full_data(**spec_tables(all_identical=False)), paths, {}, MACHINE)
     table = pd.read_parquet(paths.milestones).set_index("milestone")
-    assert table.loc["M3", "status"] == FAIL
+    assert table.loc["M3", "status"] == FAIL and "14 of 16" in table.loc["M3", "verdict"]
+    assert json.loads(table.loc["M3", "evidence_json"])["greedy_identical"] == 14
     html = Path(paths.html).read_text(encoding="utf-8")
-    assert "FAIL" in html
-    # M3's verdict lists its engines as bullets on the page, and reads on one line in a table cell
-    bullets = re.search(r'<ul class="verdict">(.*?)</ul>', html, re.S)
-    items = re.findall(r"<li>(.*?)</li>", bullets.group(1)) if bullets else []
-    assert [item.split(":")[0] for item in items] == ["eager", "compiled"]
+    assert "FAIL" in html and "What M3 checked" in html
+    # the verdict is one paragraph; the targets table under it (HTML and Markdown) holds what it checked
     markdown = Path(paths.markdown).read_text(encoding="utf-8")
-    assert "Per engine:\n- eager: best " in markdown and "\n- compiled: best " in markdown
-    line = check_m3(full_data(**spec_tables(all_identical=False)), MACHINE).verdict_line
-    assert "\n" not in line and "Per engine: eager: best " in line and "; compiled: best " in line
+    assert "| greedy output identical to the target's (cases) | 14 | 16 (every case) | not met |" in markdown
 
 
 def test_external_url_pattern_catches_urls():
@@ -860,9 +903,10 @@ def test_a_card_names_its_milestone_once():
     assert card.count("M3") == 1, card
 
 
-def test_m1_names_the_compiled_steps_kernels_and_its_distance_to_the_bound():
-    """The compiled engine's stamp (kernels per graph) and the roofline reach M1's engine sentence."""
-    from inferlab.report.milestones.kv_explanation import engine_comparison
+def test_m1_keeps_the_compiled_steps_kernels_and_where_its_time_goes():
+    """The compiled engine's stamp (kernels per graph) and the profile table's split of a compiled step
+    (kvcache.bench.compiled_step_split) reach M1's evidence with their own numbers; eager's NaN split is None."""
+    from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
     from inferlab.report.milestones.kvcache import decode_step_kernels
 
     step = {"kernel_launches": 30, "cpp_gemm_template": 17, "aten_calls": 0}
@@ -871,31 +915,13 @@ def test_m1_names_the_compiled_steps_kernels_and_its_distance_to_the_bound():
         "d256xL4:T1:B1": step}}}}
     assert decode_step_kernels(provenance, "compiled") == step
     assert decode_step_kernels(provenance, "eager") is None
-    eager = {"ratio": 3.0, "length": 256, "cached_ms_per_token": 4.0, "a_ms": 1.0, "b_ms_per_position": 0.01}
-    compiled = {**eager, "ratio": 2.0, "cached_ms_per_token": 1.0, "a_ms": 0.5, "measured_ms_per_token": 1.0,
-                "roofline_lower_bound_ms_per_token": 0.25, "decode_step_kernels": step}
-    text = engine_comparison({"eager": eager, "compiled": compiled})
-    assert "its cached step is 4.0x the roofline bound (0.2500 ms): the engine's target of at most 4x is met" in text
-    slower = engine_comparison({"eager": eager, "compiled": {**compiled, "measured_ms_per_token": 1.75}})
-    assert "7.0x the roofline bound (0.2500 ms): the engine's target of at most 4x is not met" in slower
-    assert "30 kernels per step, 17 of them the C++ GEMM template over frozen weights, 0 left to ATen" in text
-
-
-def test_m1_says_where_the_compiled_steps_time_goes_from_the_profile_table():
-    """The profile table's split of a compiled step (kvcache.bench.compiled_step_split) reaches M1's
-    engine sentence with its own numbers; eager's NaN split adds nothing."""
-    from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
-    from inferlab.report.milestones.kv_explanation import engine_comparison, kv_explanation
-
     split = dict(zip(STEP_SPLIT_COLUMNS, (1.0, 0.25, 0.25, 0.5, 31), strict=True))
-    profile = pd.DataFrame([{"op_share": 0.9, "op_ms": 0.55, "wall_ms": 0.615, **split}])
-    _, ev = kv_explanation({"length": 256, "ratio": 2.0}, None, profile, None)
-    assert ev["step_split"] == split
-    _, eager_ev = kv_explanation({"length": 256, "ratio": 3.0}, None,
-                                 profile.assign(**dict.fromkeys(STEP_SPLIT_COLUMNS, float("nan"))), None)
-    assert "step_split" not in eager_ev
-    text = engine_comparison({"eager": {**eager_ev, "length": 256, "ratio": 3.0},
-                              "compiled": {**ev, "length": 256, "ratio": 2.0}})
-    assert ("profiled with an event per kernel (1.000 ms a step there, the profiler's own cost included), a step "
-            "spends 50% of its time in its 31 kernels and library calls, 25% in the package's code between them "
-            "and 25% in our Python around the call") in text
+    profile = kv_tables()["kv_profile"]
+    nan = dict.fromkeys(STEP_SPLIT_COLUMNS, float("nan"))
+    profile = pd.concat([profile[profile["engine"] == "eager"].assign(**nan),
+                         profile[profile["engine"] == "compiled"].assign(**split)], ignore_index=True)
+    data = full_data(kv_profile=profile)
+    data.provenance["kv_profile"] = {**PROV, **provenance}
+    ev = check_m1(data, MACHINE).evidence
+    assert ev.engines["compiled"].step_split == split and ev.engines["eager"].step_split is None
+    assert ev.engines["compiled"].decode_step_kernels == step and ev.engines["eager"].decode_step_kernels is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from inferlab.report import figures as F
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
-from inferlab.report.milestones.kv_explanation import kv_ratio_by_length
+from inferlab.report.milestones.kvcache import kv_ratio_by_length
 from inferlab.report.page_html import html_page as to_html
 from inferlab.report.page_markdown import markdown_page as to_markdown
 from inferlab.report.render import Document

@@ -13,7 +13,6 @@ build.py calls these after the milestone checks and before rendering:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 
 import pandas as pd
@@ -80,21 +79,14 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
             reasons = lineage.set_index("path").loc[stale, "reason"]
             m.problems.append("stale inputs: " + "; ".join(f"{k} ({r})" for k, r in reasons.items()))
             first, why = next(iter(reasons.items()))  # one reason in the body; all of them in the appendix
-            m.verdict = (f"STALE: {', '.join(stale)} no longer match the current code or inputs ({first}: {why}); "
-                         f"rebuild them (the checks said {m.status}). " + m.verdict)
+            m.stale = {"inputs": stale, "why": f"{first}: {why}", "checked": m.status}  # narrative says it
             m.status = STALE_STATUS
-            if getattr(m, "headline", ""):
-                m.headline = f"STALE (rebuild {', '.join(stale)}): {m.headline}"
     return milestones
 
 
 def headline(m: Milestone) -> str:
-    """The milestone's one-sentence headline; the verdict's first sentence until the check writes one."""
-    own = getattr(m, "headline", "")
-    if own:
-        return own
-    first = re.split(r"(?<=[.;])\s", m.verdict.strip(), maxsplit=1)[0]  # up to the first ". " or "; "
-    return first.rstrip(".;") + "."
+    """The milestone's one-sentence headline (narrative.headline)."""
+    return m.headline
 
 
 def stamp_line(stamps: dict) -> str:

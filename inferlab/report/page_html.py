@@ -39,7 +39,7 @@ def table_view(df, caption: str, slug: str | None = None, rows_in_full: int | No
 
 
 def _milestone_view(m: Milestone) -> dict:
-    return {"id": m.id, "title": m.title, "status": m.status, "verdict": m.verdict_parts,
+    return {"id": m.id, "title": m.title, "status": m.status, "verdict": m.verdict,
             "stamps": stamp_lines(m.stamps)}
 
 

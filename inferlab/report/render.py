@@ -2,7 +2,9 @@
 
 Blocks: ("h1"|"h2"|"h3"|"p"|"note"|"warning"|"question"|"prediction", text), ("findings", [sentences]),
 ("table", DataFrame, caption[, appendix slug]), ("figure", stem, caption), ("stamps", stamps dict),
-("milestone", Milestone), ("card", Milestone, headline, stamp line, change line),
+("milestone", Milestone): its status and verdict (narrative.verdict_blocks puts its targets table, a "table"
+block, and the producers' statements, "note" blocks, under it), ("card", Milestone, headline, stamp line,
+change line),
 ("pair", [blocks], [blocks]): two columns on a wide screen, one after the other on a narrow one.
 A body table names the appendix table it was cut from; the appendix holds every table complete.
 The HTML (page_html.py, from a Jinja2 template) embeds figures as base64 PNG and has no external
@@ -52,13 +54,8 @@ class Document:
         return next((t for t in self.appendix if t.slug == slug), None)
 
 
-def cell_text(value) -> str:
-    """A table cell as the reader sees it (the one formatting of body, appendix and findings)."""
-    return fmt(value.item() if hasattr(value, "item") else value)
-
-
 def cells(df: pd.DataFrame) -> list[list[str]]:
-    return [[cell_text(v) for v in row] for row in df.itertuples(index=False)]
+    return [[fmt(v) for v in row] for row in df.itertuples(index=False)]
 
 
 def headers(df: pd.DataFrame) -> list[str]:

@@ -6,10 +6,12 @@ The producers write them with inferlab.jobs.stamps; results/milestones.parquet f
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, is_dataclass
 
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputs
+from inferlab.review.numbers import fmt
 
 MACHINE_KEYS = (
     "cpu_model",
@@ -134,8 +136,8 @@ def stamp_lines(stamps: dict) -> list[str]:
     sha = str(model.get("checkpoint_sha256") or "n/a")
     dirty = {True: " (dirty)", False: "", None: " (dirty flag unknown)"}.get(machine.get("git_dirty"), "")
     lines = [
-        f"Model: {model.get('model')}, {_plain(model.get('params'))} params, checkpoint sha256 {sha[:16]}…, "
-        f"val loss {_plain(model.get('val_loss'))}",
+        f"Model: {model.get('model')}, {fmt(model.get('params')) or 'n/a'} params, checkpoint sha256 {sha[:16]}…, "
+        f"val loss {fmt(model.get('val_loss')) or 'n/a'}",
         f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')})"
         + (f" on node {machine['node']}" if machine.get("node") else "")
         + f", CPU {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch "
@@ -153,14 +155,6 @@ def stamp_lines(stamps: dict) -> list[str]:
     return lines
 
 
-def _plain(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
 # ------------------------------------------------------------------------------------- table
 
 
@@ -176,7 +170,8 @@ def milestones_table(milestones: list) -> pd.DataFrame:
                 "status": m.status,
                 "headline": m.headline,
                 "verdict": m.verdict,
-                "evidence_json": json.dumps(m.evidence, ensure_ascii=False, sort_keys=True, default=str),
+                "evidence_json": json.dumps(asdict(m.evidence) if is_dataclass(m.evidence) else m.evidence,
+                                            ensure_ascii=False, sort_keys=True, default=str),
                 "problems": "; ".join(m.problems),
                 "missing_inputs": "; ".join(m.missing_inputs),
                 "model": model.get("model"),

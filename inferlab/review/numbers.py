@@ -1,8 +1,5 @@
-"""The one place numbers are read out of table cells and formatted, for the report and the diff.
-
-`fmt` formats a table cell (about 4 significant digits, settings as written); `fmt_number` a
-number inside a sentence, to fixed digits.
-"""
+"""The one number format of the report and the review: `fmt` writes a table cell, and a number in a
+sentence with its unit; `number` reads a cell as a float (None when it holds none)."""
 
 from __future__ import annotations
 
@@ -18,13 +15,23 @@ def number(value) -> float | None:
     return None if math.isnan(value) else value
 
 
-def fmt_number(value, digits: int = 3) -> str:
-    value = number(value)
-    return "n/a" if value is None else f"{value:.{digits}f}"
+def fmt(value, unit: str = "") -> str:
+    """Ints with thousands separators, floats to about 4 significant digits (settings as written: 0.7,
+    1.3, 0.05). With a unit, a number in a sentence: "%" a share as a whole percent, "+" a signed
+    change, any other unit ("x", " ms") written after the number; "n/a" where there is no number."""
+    value = value.item() if hasattr(value, "item") else value
+    if unit == "%":
+        share = number(value)
+        return "n/a" if share is None else f"{round(100 * share)}%"
+    text = _cell(value)
+    if not unit:
+        return text
+    if not text:
+        return "n/a"
+    return ("+" + text if not text.startswith("-") else text) if unit == "+" else text + unit
 
 
-def fmt(value) -> str:
-    """Numbers for tables: ints with thousands separators, floats to ~4 significant digits."""
+def _cell(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, bool):

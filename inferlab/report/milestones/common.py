@@ -1,8 +1,12 @@
-"""What every milestone check shares: the Milestone record and the timing caveats of its verdict.
+"""What every milestone check shares: the Milestone record, a target row, the timing caveats.
+
+A check decides: it returns a Milestone with status "pass", "fail" or "missing" and an evidence
+record (a dataclass of typed fields per milestone, never prose). inferlab.report.narrative writes
+the verdict, the headline, the targets table and the findings from that record.
 
 A timing taken while other work loaded the machine is "contended"; a comparison whose timings
 came from different nodes (a cluster executor) is "not comparable (different nodes)". Both are
-stated in the verdict and the stamps, never silently averaged away.
+evidence fields, stated in the verdict and the stamps, never silently averaged away.
 """
 
 from __future__ import annotations
@@ -20,16 +24,36 @@ ENGINE_ORDER = ("eager", "compiled")
 
 
 @dataclass
+class Target:
+    """One row of a milestone's targets table: what was checked, our number, the limit it is held to
+    (a target's, the roofline's or the seed page's: `limit_of`) and whether it is met (None: compared,
+    not judged)."""
+    target: str
+    ours: object  # a number, a (low, high) range or text
+    limit: object = None
+    met: bool | None = None
+    unit: str = ""
+    limit_of: str = "target"
+    roofline: float | None = None  # what an engine at this machine's roofline would reach, beside a target
+
+
+@dataclass
+class Timing:
+    """The caveats of a milestone's timings."""
+    contended: bool = False
+    nodes: list[str] = field(default_factory=list)  # more than one: not comparable
+
+
+@dataclass
 class Milestone:
     id: str
     title: str
     status: str
-    verdict: str
-    evidence: dict = field(default_factory=dict)
+    evidence: object = None  # KvEvidence, SamplingEvidence, SpecEvidence, QuantEvidence; None when missing
     stamps: dict = field(default_factory=dict)
     missing_inputs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why a "fail" failed
-    headline: str = ""  # one sentence: the key number beside the seed page's
+    stale: dict = field(default_factory=dict)  # opening.mark_stale: {"inputs", "why", "checked"}
 
     @property
     def name(self) -> str:
@@ -37,24 +61,17 @@ class Milestone:
         return self.title.removeprefix(f"{self.id} ")
 
     @property
-    def verdict_parts(self) -> list[str | list[str]]:
-        """The verdict as Markdown writes it: paragraphs (split at blank lines) as text, and the lines of a
-        paragraph that start with "- " as a bulleted list (a list of items)."""
-        parts: list[str | list[str]] = []
-        for paragraph in self.verdict.strip().split("\n\n"):
-            lines = paragraph.strip().splitlines()
-            lead = [line for line in lines if not line.startswith("- ")]
-            items = [line[2:] for line in lines if line.startswith("- ")]
-            if lead:
-                parts.append(" ".join(lead))
-            if items:
-                parts.append(items)
-        return parts
+    def verdict(self) -> str:
+        from inferlab.report.narrative import verdict
+
+        return verdict(self)
 
     @property
-    def verdict_line(self) -> str:
-        """The verdict on one line, for a table cell: each list item after its lead, joined by '; '."""
-        return " ".join(part if isinstance(part, str) else "; ".join(part) for part in self.verdict_parts)
+    def headline(self) -> str:
+        """One sentence: the key number beside the seed page's."""
+        from inferlab.report.narrative import headline
+
+        return headline(self)
 
 
 def bool_all(series: pd.Series) -> bool:
@@ -118,18 +135,14 @@ def nodes_in(data: ReportInputs, *keys: str) -> list[str]:
     return sorted(found)
 
 
-def caveats(data: ReportInputs, stamps: dict, *keys: str) -> str:
-    """The verdict's caveat sentences; also marks stamps["contended"] and stamps["nodes"]."""
-    text = ""
-    if contended(data, *keys):
+def timing(data: ReportInputs, stamps: dict, *keys: str) -> Timing:
+    """The tables' timing caveats; also marks stamps["contended"] and stamps["nodes"]."""
+    caveat = Timing(contended(data, *keys), nodes_in(data, *keys))
+    if caveat.contended:
         stamps["contended"] = True
-        text += (" Timings contended: other work loaded the machine while they ran, so these numbers are not "
-                 "comparable with an idle run.")
-    nodes = nodes_in(data, *keys)
-    if len(nodes) > 1:
-        stamps["nodes"] = nodes
-        text += f" Not comparable (different nodes): the timings compared here ran on {', '.join(nodes)}."
-    return text
+    if len(caveat.nodes) > 1:
+        stamps["nodes"] = caveat.nodes
+    return caveat
 
 
 def missing_milestone(data: ReportInputs, milestone: str, title: str, stamps: dict) -> Milestone | None:
@@ -137,5 +150,4 @@ def missing_milestone(data: ReportInputs, milestone: str, title: str, stamps: di
     missing = data.missing(*MILESTONE_INPUTS[milestone].required)
     if not missing:
         return None
-    return Milestone(milestone, title, MISSING, f"Missing inputs: {', '.join(missing)}.", stamps=stamps,
-                     missing_inputs=missing)
+    return Milestone(milestone, title, MISSING, stamps=stamps, missing_inputs=missing)

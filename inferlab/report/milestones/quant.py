@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from dataclasses import dataclass, field
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
-from inferlab.report.milestones.common import FAIL, PASS, Milestone, missing_milestone
+from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
+
+# The seed page's schemes (their Δ loss beside ours): our scheme name -> the seed reference's key.
+SEED_SCHEMES = {"int4_per_tensor_sym": "int4_per_tensor_sym_delta", "int4_gptq": "int4_gptq_delta"}
+
+
+@dataclass
+class QuantEvidence:
+    noise_floor: float
+    floor_reliable: bool
+    floor_note: str  # why the floor is unreliable (the producer's words)
+    schemes: int
+    measured: str  # the quantization job's own statement of what it measured
+    scheme: str | None = None  # the choice; None: no scheme's loss increase is below the floor
+    reason: str = ""  # the choice rule's own sentence (or why nothing was chosen)
+    delta_loss: float | None = None
+    within_noise: bool = False
+    bits: float | None = None
+    effective_bits_per_weight: float | None = None
+    kl_mean_nats: float | None = None
+    top1_agreement: float | None = None
+    speedup_vs_fp32: float | None = None
+    # the scheme table's facts the findings read (sorted by loss increase)
+    smallest: tuple[str, float] = ("", 0.0)
+    largest: tuple[str, float] = ("", 0.0)
+    fewest_bits_within: tuple[str, float, float] | None = None  # scheme, bits, Δ loss
+    seed_deltas: dict[str, tuple[float, float]] = field(default_factory=dict)  # scheme -> (ours, theirs)
+    seed: dict = field(default_factory=dict)  # the seed page's quantization and noise floor
+    targets: list[Target] = field(default_factory=list)
 
 
 def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -29,73 +56,41 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
                           "smallest_delta_scheme", "smallest_delta_loss")
     if choice.empty:
         raise ReportInputError(f"{data.paths.get('quant_choice', 'quant_choice')} has no row")
-    floor = float(nf["floor"].iloc[0])
     stamps["repeats"] += f"; noise floor from {len(nf)} training runs ({nf['floor_source'].iloc[0]})"
-    # The choice is quant_bench.choose_scheme's; scheme "none" (delta NaN) says no scheme qualifies.
     row = choice.iloc[0]
-    choice_reason = None
-    if _num(row["delta_loss"]) is None or str(row["scheme"]) == "none":
-        choice_reason = row["reason"]
-        row = None
-    else:
-        match = summary[summary["scheme"] == row["scheme"]]
-        if len(match):
-            row = pd.concat([match.iloc[0], row[~row.index.isin(match.columns)]])
-    what = str(choice.iloc[0]["measured"])  # the quantization job's own statement
-    ev = {"noise_floor": floor, "schemes": int(len(summary)), "measured": what}
-    problems = []
-    if row is None:
-        smallest = choice.iloc[0]
-        ev.update({"best_scheme": str(smallest["smallest_delta_scheme"]),
-                   "best_delta_loss": float(smallest["smallest_delta_loss"])})
-        problems.append(
-            f"no scheme's loss increase is below the noise floor {floor:.4f} "
-            f"(smallest: {ev['best_scheme']} {ev['best_delta_loss']:+.4f})"
-        )
-        verdict = "No scheme chosen" + (f": {choice_reason}" if choice_reason else "") + "."
-    else:
-        delta = float(row["delta_loss"])
-        ev.update({"scheme": str(row["scheme"]), "delta_loss": delta})
-        for name in (
-            "bits",
-            "method",
-            "effective_bits_per_weight",
-            "kl_mean_nats",
-            "top1_agreement",
-            "loss",
-            "speed_status",
-            "speedup_vs_fp32",
-        ):
-            if name in row.index:
-                ev[name] = row[name] if isinstance(row[name], str) else _num(row[name])
-        if not bool(row["within_noise"]):
-            problems.append(f"chosen scheme's loss increase {delta:+.4f} is not below the floor {floor:.4f}")
-        bits_eff = ev.get("effective_bits_per_weight")
-        verdict = (
-            f"Chosen: {row['scheme']} (delta loss {delta:+.4f} against noise floor {floor:.4f}"
-            + (f", {_fmt(bits_eff, 2)} effective bits per weight" if bits_eff else "")
-            + ")"
-            + f"; {row['reason']}"
-            + "."
-        )
-    verdict += f" Measured: {what}."
     reliable = bool(nf["floor_reliable"].iloc[0]) if "floor_reliable" in nf.columns else True
-    ev["floor_reliable"] = reliable
-    if not reliable:
-        note = str(nf["floor_reliability_note"].iloc[0]) if "floor_reliability_note" in nf.columns else ""
-        verdict += f" The noise floor is unreliable: {note or 'too few runs'}; read 'below the floor' with care."
-    if problems:
-        verdict += " Failed: " + "; ".join(problems) + "."
-    return Milestone("M4", title, FAIL if problems else PASS, verdict, ev, stamps, [], problems,
-                     _m4_headline(ev, floor, reliable, data.seed_reference))
-
-
-def _m4_headline(ev: dict, floor: float, reliable: bool, seed: dict) -> str:
-    sq, snf = seed.get("quantization", {}), seed.get("noise_floor", {})
-    theirs = (f"(seed page: INT4 GPTQ +{sq.get('int4_gptq_delta')}, INT4 per-tensor "
-              f"+{sq.get('int4_per_tensor_sym_delta')} against their floor {snf.get('floor')})")
-    ours = f"noise floor {floor:.4f}" + ("" if reliable else ", unreliable")
-    if "scheme" in ev:
-        return f"Quantization: {ev['scheme']} loses {ev['delta_loss']:+.4f} in validation loss, {ours} {theirs}."
-    return (f"Quantization: no scheme within the {ours}; smallest increase {ev.get('best_scheme')} "
-            f"{ev.get('best_delta_loss', float('nan')):+.4f} {theirs}.")
+    note = str(nf["floor_reliability_note"].iloc[0]) if "floor_reliability_note" in nf.columns else ""
+    seed = data.seed_reference
+    ev = QuantEvidence(float(nf["floor"].iloc[0]), reliable, "" if reliable else note or "too few runs",
+                       len(summary), str(row["measured"]), reason=str(row["reason"]),
+                       seed={**seed.get("quantization", {}), "floor": seed.get("noise_floor", {}).get("floor")})
+    table = summary.sort_values("delta_loss", kind="stable")
+    ev.smallest = (str(table["scheme"].iloc[0]), float(table["delta_loss"].iloc[0]))
+    ev.largest = (str(table["scheme"].iloc[-1]), float(table["delta_loss"].iloc[-1]))
+    within = table[table["within_noise"].astype(bool)]
+    if len(within) and "bits" in within:
+        fewest = within.sort_values("bits", kind="stable").iloc[0]
+        ev.fewest_bits_within = (str(fewest["scheme"]), float(fewest["bits"]), float(fewest["delta_loss"]))
+    for scheme, key in SEED_SCHEMES.items():
+        if scheme in set(table["scheme"]) and ev.seed.get(key) is not None:
+            ev.seed_deltas[scheme] = (float(table.set_index("scheme").loc[scheme, "delta_loss"]), ev.seed[key])
+    chose = _num(row["delta_loss"]) is not None and str(row["scheme"]) != "none"
+    if chose:  # quant_bench.choose_scheme's choice, with the summary's numbers for it
+        match = summary[summary["scheme"] == row["scheme"]]
+        full = match.iloc[0] if len(match) else row
+        ev.scheme, ev.delta_loss, ev.within_noise = str(row["scheme"]), float(row["delta_loss"]), bool(
+            row["within_noise"])
+        for name in ("bits", "effective_bits_per_weight", "kl_mean_nats", "top1_agreement", "speedup_vs_fp32"):
+            setattr(ev, name, _num(full.get(name)))
+    scheme, delta = (ev.scheme, ev.delta_loss) if chose else ev.smallest
+    ev.targets = [Target(f"loss increase of {scheme} over fp32 (nats)", delta, ev.noise_floor, ev.within_noise, "+",
+                         "noise floor, our reruns"),
+                  *[Target(f"loss increase of {s} (nats)", ours, theirs, unit="+", limit_of="seed page")
+                    for s, (ours, theirs) in ev.seed_deltas.items()],
+                  Target("noise floor (nats)", ev.noise_floor, ev.seed.get("floor"), limit_of="seed page")]
+    problems = []
+    if not chose:
+        problems.append(f"no scheme's loss increase is below the noise floor (smallest: {ev.smallest[0]})")
+    elif not ev.within_noise:
+        problems.append(f"the chosen scheme {ev.scheme}'s loss increase is not below the noise floor")
+    return Milestone("M4", title, FAIL if problems else PASS, ev, stamps, [], problems)

@@ -2,68 +2,126 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pandas as pd
 
+from inferlab.report.display import SEED_KEPT
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import (
-    FAIL,
-    PASS,
-    Milestone,
-    missing_milestone,
-)
+from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
-from inferlab.sampling.grid import GREEDY_CELL, sampling_cells
-
-HUMAN_CELL = "human"  # repetition.HUMAN: the held-out validation text the cells are measured against
-
+from inferlab.sampling.grid import GREEDY, HUMAN, sampling_cells
+from inferlab.sampling.summary_table import wide_summary
 
 # The columns M2 reads from the default record (repetition.choose_default or human_match.choose_human_match).
 DEFAULT_COLUMNS = ("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")
+CELL_COLUMNS = ["cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"]
 
 
-# (column, label, digits) of the old in-corpus-floor rule's numbers the verdict cites.
-FLOOR_RULE_CITED = (
-    ("seq_rep_4", "seq-rep-4", 3),
-    ("in_corpus_4gram_share", "in-corpus 4-gram share", 3),
-    ("greedy_seq_rep_4", "greedy seq-rep-4", 3),
-    ("greedy_in_corpus_4gram_share", "greedy in-corpus share", 3),
-    ("in_corpus_floor", "share floor", 3),
-    ("entropy_nats", "entropy (nats)", 3),
-)
+@dataclass
+class SamplingEvidence:
+    cells_expected: int
+    cells_present: int
+    cells_absent: list[str]
+    greedy_row: bool
+    human_row: bool
+    chosen: str | None = None
+    rule_kind: str = ""
+    rule: str = ""  # the producer's stated rule, quoted under the verdict
+    rule_satisfied: bool = True  # False: no cell met the old in-corpus floor, the default is its fallback
+    min_p_decision: str = ""
+    min_p_reason: str = ""
+    kept: int | None = None  # tokens the default keeps after the prompt
+    entropy_nats: float | None = None
+    # the human_match rule: distance to held-out human text, its CI, the competitors
+    distance: float | None = None
+    distance_ci: tuple[float, float] | None = None
+    closest: bool = True  # the default is the closest cell (else the tie-break's pick among tied cells)
+    runner_up: str | None = None
+    runner_up_distance: float | None = None
+    greedy_distance: float | None = None
+    # the old in-corpus floor rule
+    seq_rep_4: float | None = None
+    in_corpus_share: float | None = None
+    in_corpus_floor: float | None = None
+    # the repetition table: greedy, human text and the least repetitive sampled cell
+    greedy_seq_rep_4: float | None = None
+    human_seq_rep_4: float | None = None
+    human_in_corpus: float | None = None
+    least_repetitive: str | None = None
+    least_seq_rep_4: float | None = None
+    least_in_corpus: float | None = None
+    # the seed page's cell (T, top-p, kept on their model) and ours at it
+    seed_cell: dict = field(default_factory=dict)
+    ours_at_seed_cell: str | None = None
+    ours_at_seed_kept: int | None = None
+    ours_at_seed_entropy: float | None = None
+    targets: list[Target] = field(default_factory=list)
 
 
-def _with_ci(row: pd.Series, name: str, digits: int = 3) -> str | None:
-    """'0.123 [0.100, 0.150]' from <name>, <name>_ci_low, <name>_ci_high of a record; None if absent."""
-    if name not in row.index or _num(row[name]) is None:
-        return None
-    text = _fmt(row[name], digits)
-    low, high = f"{name}_ci_low", f"{name}_ci_high"
-    if low in row.index and _num(row[low]) is not None:
-        text += f" [{_fmt(row[low], digits)}, {_fmt(row[high], digits)}]"
-    return text
+def cell_table(data: ReportInputs, seed: dict) -> pd.DataFrame:
+    """One row per cell (human and greedy first, then closest to human text): distribution, repetition,
+    distance to human text, and the seed page's kept count on its own cell."""
+    table = wide_summary(data.table("sp_repetition")).reset_index()
+    dist = data.table("sp_distribution")
+    if dist is not None:  # outer: a cell with a distribution but no repetition run still shows
+        table = table.merge(dist[["cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "kept"]],
+                            on="cell", how="outer", suffixes=("", "_dist"))
+        for col in ("truncation", "temperature", "top_p", "min_p"):
+            table[col] = table[col].fillna(table.pop(f"{col}_dist"))
+    distances = data.table("sp_distance")
+    if distances is not None:
+        table = table.merge(distances[["cell", "distance"]], on="cell", how="left")
+    ref = seed.get("sampling", {}).get("reference_cell", {})
+    theirs = ((table["temperature"] - ref.get("temperature", -1)).abs() < 1e-9) & (
+        (table["top_p"] - ref.get("top_p", -1)).abs() < 1e-9) & (table["min_p"] == 0)
+    table[SEED_KEPT] = [ref.get("kept") if hit else None for hit in theirs]
+    order = table["cell"].map({HUMAN: 0, GREEDY: 1}).fillna(2)
+    sort = ["_order", "distance"] if "distance" in table else ["_order"]
+    table = table.assign(_order=order).sort_values(sort, kind="stable").drop(columns="_order")
+    return table[[c for c in CELL_COLUMNS if c in table.columns]].reset_index(drop=True)
 
 
-def _human_match_text(row: pd.Series) -> str:
-    """The human_match verdict: the chosen cell's distance, its nearest competitor's and greedy's."""
-    text = f"distance to human text {_with_ci(row, 'distance')}"
-    if row.get("runner_up_cell"):
-        text += f"; nearest competitor {row['runner_up_cell']} at {_with_ci(row, 'runner_up_distance')}"
-    if _num(row.get("n_tied")) and int(row["n_tied"]) > 1:
-        text += f" (tied within CI: {row.get('tied_cells')}; the tie-break takes the simpler setting)"
-    greedy = _with_ci(row, "greedy_distance")
-    if greedy:
-        farther = _num(row["greedy_distance"]) > _num(row["distance"])
-        text += (f"; greedy at {greedy}, " + ("farther from human text and " if farther else "")
-                 + "never eligible (a sampling default must sample)")
-    return text
+def _table_facts(ev: SamplingEvidence, table: pd.DataFrame) -> None:
+    """The repetition table's numbers the findings quote: greedy, human text, the least repetitive cell,
+    and our cell at the seed page's settings."""
+    t = table.set_index("cell")
+    if GREEDY in t.index and "seq_rep_4" in t:
+        ev.greedy_seq_rep_4 = _num(t.loc[GREEDY, "seq_rep_4"])
+    if HUMAN in t.index and "seq_rep_4" in t:
+        ev.human_seq_rep_4 = _num(t.loc[HUMAN, "seq_rep_4"])
+        ev.human_in_corpus = _num(t.loc[HUMAN, "in_corpus_4gram_share"])
+    sampled = t.drop(index=[c for c in (GREEDY, HUMAN) if c in t.index])
+    if "seq_rep_4" in sampled and sampled["seq_rep_4"].notna().any():
+        ev.least_repetitive = str(sampled["seq_rep_4"].idxmin())
+        ev.least_seq_rep_4 = _num(sampled.loc[ev.least_repetitive, "seq_rep_4"])
+        ev.least_in_corpus = _num(sampled.loc[ev.least_repetitive, "in_corpus_4gram_share"])
+    theirs = sampled[sampled[SEED_KEPT].notna()]
+    if len(theirs) and "kept" in theirs:
+        ev.ours_at_seed_cell = str(theirs.index[0])
+        ev.ours_at_seed_kept = int(theirs["kept"].iloc[0])
+        ev.ours_at_seed_entropy = _num(theirs["entropy_nats"].iloc[0])
 
 
-def _floor_rule_text(row: pd.Series) -> str:
-    cited = [f"{label} {_with_ci(row, name, digits)}" for name, label, digits in FLOOR_RULE_CITED
-             if _with_ci(row, name, digits)]
-    return "; ".join(cited)
+def _default_facts(ev: SamplingEvidence, row: pd.Series, kept: int | None, entropy: float | None) -> None:
+    """The default record's decision and the numbers it was made on."""
+    chosen = str(row["cell"])
+    ev.chosen = chosen if chosen not in ("", "None", "nan") else None
+    ev.rule_kind, ev.rule, ev.rule_satisfied = str(row["kind"]), str(row["rule"]), bool(row["rule_satisfied"])
+    decision = str(row["min_p_decision"])
+    if decision and decision != "nan":
+        ev.min_p_decision, ev.min_p_reason = decision, str(row["min_p_reason"])
+    ev.kept, ev.entropy_nats = kept, entropy
+    get = lambda name: _num(row.get(name))  # noqa: E731
+    ev.distance, ev.runner_up_distance, ev.greedy_distance = get("distance"), get("runner_up_distance"), \
+        get("greedy_distance")
+    if get("distance_ci_low") is not None:
+        ev.distance_ci = (get("distance_ci_low"), get("distance_ci_high"))
+    ev.closest = str(row.get("closest_cell", chosen)) == chosen
+    ev.runner_up = str(row["runner_up_cell"]) if row.get("runner_up_cell") else None
+    ev.seq_rep_4, ev.in_corpus_share, ev.in_corpus_floor = get("seq_rep_4"), get("in_corpus_4gram_share"), \
+        get("in_corpus_floor")
 
 
 def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -85,85 +143,43 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         return absent
     rep = data.require("sp_repetition", "cell")
     default = data.require("sp_default", *DEFAULT_COLUMNS)
-    dist = data.require("sp_distribution", "cell", "kept")
+    dist = data.require("sp_distribution", "cell", "kept").set_index("cell")
     expected = set(sampling_cells(data.config["sampling"])) if "sampling" in data.config else set()
     present = set(rep["cell"].astype(str))
-    absent = sorted(expected - present)
-    has_greedy, has_human = GREEDY_CELL["cell"] in present, HUMAN_CELL in present
+    seed = data.seed_reference
+    ev = SamplingEvidence(len(expected), len(expected & present), sorted(expected - present), GREEDY in present,
+                          HUMAN in present, seed_cell=dict(seed.get("sampling", {}).get("reference_cell", {})))
+    _table_facts(ev, cell_table(data, seed))
+    if len(default):
+        row = default.iloc[0]
+        hit = dist.loc[row["cell"]] if row["cell"] in dist.index else None
+        _default_facts(ev, row, int(hit["kept"]) if hit is not None else None,
+                       _num(hit.get("entropy_nats")) if hit is not None else None)
+    stated = ev.chosen is not None and bool(ev.rule)
+    ev.targets = [
+        Target("grid cells in the repetition table", ev.cells_present, ev.cells_expected, not ev.cells_absent,
+               limit_of="the config's grid"),
+        Target("greedy and human reference rows", "both" if ev.greedy_row and ev.human_row else "incomplete",
+               "both", ev.greedy_row and ev.human_row, limit_of="required"),
+        Target("a default chosen by a stated rule", ev.chosen or "none", ev.rule_kind or "none", stated,
+               limit_of="the rule below"),
+        Target("tokens the default keeps after the prompt", ev.kept if ev.kept is not None else "n/a",
+               ev.seed_cell.get("kept"), ev.kept is not None or ev.chosen is None, limit_of="seed page, their cell"),
+        Target("a min-p decision", ev.min_p_decision or "none", "stated", bool(ev.min_p_decision),
+               limit_of="required"),
+    ]
     problems = []
-    if absent:
-        problems.append(f"{len(absent)} grid cells absent from the repetition table: {absent[:5]}")
-    if not has_greedy:
+    if ev.cells_absent:
+        problems.append(f"only {ev.cells_present} of {ev.cells_expected} grid cells in the repetition table "
+                        f"(absent: {', '.join(ev.cells_absent[:5])})")
+    if not ev.greedy_row:
         problems.append("no greedy row in the repetition table")
-    if not has_human:
+    if not ev.human_row:
         problems.append("no human reference row in the repetition table")
-    drow = default.iloc[0] if len(default) else None
-    chosen = str(drow["cell"]) if drow is not None and str(drow["cell"]) not in ("", "None", "nan") else None
-    rule_text = str(drow["rule"]) if drow is not None else ""
-    decision = str(drow["min_p_decision"]) if drow is not None else ""
-    if decision and decision != "nan":
-        decision += f" ({drow['min_p_reason']})"
-    else:
-        decision = ""
-    if chosen is None or not rule_text:
+    if not stated:
         problems.append("no default setting chosen with a stated rule")
-    if not decision:
+    if not ev.min_p_decision:
         problems.append("no min-p decision stated")
-    kept = _kept_for(dist, drow) if drow is not None else None
-    if chosen is not None and kept is None:
-        problems.append(f"no kept-token count for the default {chosen} in the distribution table")
-    kind = str(drow["kind"]) if drow is not None else ""
-    evidence = {
-        "cells_expected": len(expected),
-        "cells_present": len(expected & present),
-        "greedy_row": has_greedy,
-        "human_row": has_human,
-        "chosen": chosen,
-        "rule_kind": kind,
-        "rule": rule_text,
-        "min_p_decision": decision,
-    }
-    if drow is not None:
-        for name in default.columns:
-            value = drow[name]
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and _num(value) is not None:
-                evidence[f"default_{name}"] = float(value)
-        if kept is not None:
-            evidence["default_kept"] = kept
-    verdict = ""
-    if chosen is not None:
-        cited = _human_match_text(drow) if kind == "human_match" else _floor_rule_text(drow)
-        verdict = (
-            f"Default: {chosen}" + (f" ({cited})" if cited else "") + f". Rule: {rule_text}"
-            + ("" if rule_text.endswith(".") else ".")
-            + (f" Kept tokens at the prompt: {kept}." if kept is not None else "")
-            + f" Min-p: {decision}" + ("" if decision.endswith(".") else ".")
-        )
-        if not bool(drow["rule_satisfied"]):
-            verdict += (" Finding: no cell met the rule's threshold (the in-corpus share floor), so the default is "
-                        "the rule's fallback, the cell with the highest in-corpus share.")
-    if problems:
-        verdict = (verdict + " " if verdict else "") + "Failed: " + "; ".join(problems) + "."
-    headline = _m2_headline(drow, chosen, kind, kept, data.seed_reference.get("sampling", {}))
-    return Milestone("M2", title, FAIL if problems else PASS, verdict, evidence, stamps, [], problems, headline)
-
-
-def _m2_headline(row: pd.Series | None, chosen: str | None, kind: str, kept: int | None, seed: dict) -> str:
-    ref = seed.get("reference_cell", {})
-    theirs = (f"(seed page: T={ref.get('temperature')} top-p {ref.get('top_p')}, {ref.get('kept')} kept, "
-              f"their model)")
-    if row is None or chosen is None:
-        return f"No default sampling setting chosen {theirs}."
-    if kind == "human_match" and _num(row.get("distance")) is not None:
-        number = f"distance to human text {_fmt(row['distance'], 2)}"
-        if _num(row.get("greedy_distance")) is not None:
-            number += f" vs greedy {_fmt(row['greedy_distance'], 2)}"
-    else:
-        number = f"seq-rep-4 {_fmt(row.get('seq_rep_4'), 3)}"
-    return f"Default {chosen}: {number}, {kept if kept is not None else 'n/a'} tokens kept {theirs}."
-
-
-def _kept_for(dist: pd.DataFrame, row: pd.Series) -> int | None:
-    """The kept-token count of the distribution table's cell that is the chosen default."""
-    match = dist[dist["cell"] == row["cell"]]
-    return int(match["kept"].iloc[0]) if len(match) else None
+    if ev.chosen is not None and ev.kept is None:
+        problems.append(f"no kept-token count for the default {ev.chosen} in the distribution table")
+    return Milestone("M2", title, FAIL if problems else PASS, ev, stamps, [], problems)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
@@ -9,211 +11,173 @@ from inferlab.report.milestones.common import (
     FAIL,
     PASS,
     Milestone,
-    caveats,
+    Target,
+    Timing,
     engine_rows,
     engines_in,
     missing_milestone,
+    timing,
 )
 from inferlab.report.stamp_reader import stamps_for
-from inferlab.review.numbers import fmt_number as _fmt
 from inferlab.review.numbers import number as _num
 
-# Milestone evidence key -> column of speculative_bench.summarise.
-SPEC_EVIDENCE = {
-    "alpha": "alpha",
-    "measured_yield": "tokens_per_target_forward",
-    "formula_E": "formula_tokens_per_target_forward",
-    "rel_error": "formula_rel_error",
-    "c_time": "c_time",
-    "speedup_params": "speedup_theory_params",
-    "speedup_time": "speedup_theory_time",
-    "wall_speedup": "wall_speedup",
-    "wall_speedup_min": "wall_speedup_min",
-    "wall_speedup_max": "wall_speedup_max",
-}
-
-
-# A round's wall time split as speculative_summary.round_breakdown writes it.
+# A round's wall time split as speculative_summary.round_breakdown writes it (the appendix shows them).
 ROUND_PARTS = ("round_ms", "round_draft_ms", "round_verify_ms", "round_prefill_ms", "round_rest_ms",
-               "draft_step_in_round_ms")
+               "draft_step_in_round_ms", "wall_speedup_without_prefill")
 # Each step against its bound, as speculative_summary.with_step_bounds writes it.
 STEP_BOUNDS = ("target_step_ms", "draft_step_ms", "c_params", "target_step_bound_ms", "draft_step_bound_ms",
                "target_step_over_bound", "draft_step_over_bound", "verify_bound_ratio", "speedup_at_bound")
+# What one more draft step adds inside a round's graph (speculative_summary.with_marginal_draft_step).
+MARGINAL = ("drafts_in_one_graph", "draft_step_marginal_ms", "c_time_marginal", "draft_step_marginal_ks", "draft_form")
 # How far the machine's speed moved between the group jobs (speculative_summary.with_job_speed_spread).
 JOB_SPEED = ("job_speed_spread", "job_speeds_differ")
+GROUP_COLUMNS = ("alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward", "formula_rel_error",
+                 "c_time", "speedup_theory_params", "speedup_theory_time", "wall_speedup", "verify_cost_ratio",
+                 "c_time_in_round", "compile_s", "packages")
 
-# The engine's target: on the compiled engine, whose rounds are one graph each, the fastest group
-# beats compiled target-only sampling by this on the wall clock.
+# The engine's targets: on the compiled engine, whose rounds are one graph each, the fastest group
+# beats compiled target-only sampling by this on the wall clock;
 COMPILED_WALL_TARGET = 1.2
-# ... and a (k+1)-token verification costs at most this many single steps, for every k up to VERIFY_TARGET_MAX_K.
+# ... a (k+1)-token verification costs at most this many single steps, for every k up to VERIFY_TARGET_MAX_K;
 COMPILED_VERIFY_TARGET, VERIFY_TARGET_MAX_K = 1.3, 4
-# ... and the smallest draft's step costs at most this fraction of a target step (c by time), in every group,
+# ... the smallest draft's step costs at most this fraction of a target step (c by time), in every group;
 COMPILED_DRAFT_C_TARGET = 0.15
 # ... and the packages a group runs take no longer than this to compile (the compile rules' time for each).
 COMPILE_TARGET_S = 120.0
+FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is within 5% of it
 
 
-def _steps(k: int, in_one_graph: bool) -> str:
-    steps = "1 draft step" if k == 1 else f"{k} draft steps"
-    return f"{steps} as one graph" if in_one_graph else steps
+@dataclass
+class SpecEngine:
+    """One engine's groups: its own best (draft, k), the fastest on the wall clock, what the roofline leaves."""
+    best_draft: str  # the engine's own recommendation (criterion chosen_for_engine)
+    best_k: int
+    c_time_by_draft: dict[str, float]
+    fastest_group: str  # the fastest group on the wall clock against target-only sampling
+    fastest_wall_speedup: float
+    verify_cost_ratio: tuple[float, float]  # a (k+1)-token verification in single steps, over the groups
+    verify_bound_ratio_by_k: dict[int, float]  # ... at this machine's roofline
+    speedup_at_bound: float  # the best group with every forward at its bound
+    speedup_at_bound_group: str
+    target_step_ms: tuple[float, float]  # each group job's own target step
+    job_speeds_differ: bool
+    # the compiled engine's targets (empty elsewhere)
+    verify_worst_by_k: dict[int, float] = field(default_factory=dict)
+    draft_c_draft: str | None = None  # the smallest draft (fewest parameters)
+    draft_c_range: tuple[float, float] | None = None
+    draft_c_in_round_range: tuple[float, float] | None = None
+    draft_c_at_bound: float | None = None
+    compile_s: tuple[float, float] | None = None
+    compile_longest_group: str | None = None
+    compile_packages: int | None = None
 
 
-def _rest(rest_ms: float) -> str:
-    """What a round costs beyond its calls timed one by one: on an engine that runs the round as
-    one graph it can cost less than those calls made separately (each pays a call's fixed cost)."""
-    if rest_ms >= 0:
-        return f"and the rest (accept rule, sampling, the cost of each call) +{rest_ms:.2f}"
-    return f"and the round as one graph costs {-rest_ms:.2f} ms less than those calls made one by one"
+@dataclass
+class SpecEvidence:
+    engine: str  # the overall choice: engine, draft, k and the producer's own reason
+    draft: str
+    k: int
+    reason: str
+    alpha: float | None
+    speedup_time: float | None
+    wall_speedup: float | None
+    greedy_identical: int
+    greedy_cases: int
+    engines: dict[str, SpecEngine]
+    # the group table's facts the findings quote (acceptance and yield do not depend on the engine)
+    worst_yield_group: str = ""
+    worst_yield: float | None = None
+    worst_formula: float | None = None
+    formula_close: bool = True
+    params_best_group: str = ""
+    params_best_speedup: float | None = None
+    params_best_alpha: float | None = None
+    fastest_of_last: str = ""  # the last engine's fastest group on the wall clock
+    walls_of_fastest: dict[str, float] = field(default_factory=dict)  # ... its wall clock on every engine
+    seed: dict = field(default_factory=dict)  # the seed page's best by parameters and wall clock
+    timing: Timing = field(default_factory=Timing)
+    targets: list[Target] = field(default_factory=list)
 
 
-def _form_clause(form: str) -> str:
-    """Which rounds the marginal draft step was fitted over, by the form of their draft's projections."""
-    return f", whose rounds run the draft's projections as {form}" if form else ""
+def group_name(row: pd.Series) -> str:
+    return f"{row['draft']} k={int(row['k'])}"
 
 
-def _bound_clause(rows: pd.DataFrame, draft: str) -> str:
-    """How far the target's step and the draft's are from their bounds (weights and cache read once at
-    the probe's bandwidth): the draft's step far above its own is a call's fixed cost, which is why
-    c by time stays well above c by parameters. Where the round runs its drafts as one graph, what one
-    more draft step adds there, with no call of its own, within the rounds whose draft projections take
-    the same form (speculative_summary.with_marginal_draft_step)."""
-    row = rows[rows["draft"] == draft].iloc[0]
-    text = (f"; a target step takes {row['target_step_ms']:.3f} ms, {row['target_step_over_bound']:.1f}x its bound "
-            f"({row['target_step_bound_ms']:.3f} ms), a {draft} step {row['draft_step_ms']:.3f} ms, "
-            f"{row['draft_step_over_bound']:.1f}x its bound ({row['draft_step_bound_ms']:.3f} ms), so c by time "
-            f"{row['c_time']:.3f} against {row['c_params']:.3f} by parameters")
-    if bool(row["drafts_in_one_graph"]) and pd.notna(row["draft_step_marginal_ms"]):
-        text += (f"; inside a round's graph, where no draft step is a call of its own, each further {draft} step "
-                 f"adds {row['draft_step_marginal_ms']:.3f} ms (c {row['c_time_marginal']:.3f}; the slope over "
-                 f"k = {row['draft_step_marginal_ks'].replace(',', ', ')}{_form_clause(row['draft_form'])})")
-    return text
+def _pick(picks: pd.DataFrame, rows: pd.DataFrame, *criteria: str) -> pd.Series:
+    """The summary row of the group the producer picked by the first of `criteria` present."""
+    pick = picks[picks["criterion"].isin(criteria)].iloc[0]
+    return rows[(rows["draft"] == pick["draft"]) & (rows["k"] == pick["k"])].iloc[0]
 
 
-def _roofline(rows: pd.DataFrame, picks: pd.DataFrame) -> tuple[dict, str, str]:
-    """What the roofline leaves the rounds (speculative_summary.with_step_bounds): the verification's
-    bound in steps at their bound, per k, and the best group with every forward at its bound (the
-    producer's "speedup_at_bound" criterion). Returns the evidence and the two clauses."""
-    by_k = rows.groupby("k")["verify_bound_ratio"].first().astype(float)
-    pick = picks[picks["criterion"] == "speedup_at_bound"].iloc[0]
-    ev = {"verify_bound_ratio_by_k": {int(k): float(r) for k, r in by_k.items()},
-          "speedup_at_bound": float(pick["value"]), "speedup_at_bound_group": f"{pick['draft']} k={int(pick['k'])}"}
-    verify = (f" (at this machine's roofline {'/'.join(f'{r:.2f}' for r in by_k)} steps at k = "
-              f"{'/'.join(str(int(k)) for k in by_k.index)}: its weights are read once, but its arithmetic grows "
-              "with k + 1)")
-    best = (f"; with every forward at its bound the best group, {ev['speedup_at_bound_group']}, would run at "
-            f"{ev['speedup_at_bound']:.2f}x")
-    return ev, verify, best
+def _range(values: pd.Series) -> tuple[float, float]:
+    return float(values.min()), float(values.max())
 
 
-def _verify_target(rows: pd.DataFrame, bound_ratio_by_k: pd.Series) -> tuple[dict, str]:
-    """The compiled engine's verification target, per k up to VERIFY_TARGET_MAX_K (every group of that k
-    must meet it), and the k at which the roofline itself puts a verification above it: there an engine
-    whose every forward ran at its bound would miss it on this machine (a step far above its bound can
-    still meet it, its fixed cost being paid once by a verification too). bound_ratio_by_k: k -> the
-    verification's bound in steps at their bound, as _roofline reads it."""
-    worst = rows[rows["k"] <= VERIFY_TARGET_MAX_K].groupby("k")["verify_cost_ratio"].max().astype(float)
-    at_bound = bound_ratio_by_k[bound_ratio_by_k.index <= VERIFY_TARGET_MAX_K]
-    unmet = [int(k) for k, ratio in worst.items() if ratio > COMPILED_VERIFY_TARGET]
-    beyond = [int(k) for k, ratio in at_bound.items() if ratio > COMPILED_VERIFY_TARGET]
-    ev = {"verify_target_met": not unmet, "verify_target_unmet_k": unmet, "verify_target_beyond_roofline_k": beyond,
-          "verify_worst_by_k": {int(k): float(ratio) for k, ratio in worst.items()}}
-    text = f"; the verification target (at most {COMPILED_VERIFY_TARGET:.2f} steps for k <= {VERIFY_TARGET_MAX_K}) is "
-    text += ("met" if not unmet else "not met at k = " + ", ".join(f"{k} ({worst[k]:.2f})" for k in unmet))
-    if beyond:
-        text += (", and an engine at this machine's roofline would miss it at k = "
-                 + ", ".join(f"{k} ({at_bound[k]:.2f} steps)" for k in beyond))
-    return ev, text
-
-
-def _draft_and_compile_targets(rows: pd.DataFrame) -> tuple[dict, str]:
-    """The compiled engine's two remaining targets: c by time of the smallest draft (fewest parameters) in
-    every group, as a call of its own and inside a round's graph, and each group job's compile time."""
-    smallest = rows.loc[rows["c_params"].astype(float).idxmin(), "draft"]
-    own = rows[rows["draft"] == smallest]
-    c_call, c_round = own["c_time"].astype(float), own["c_time_in_round"].astype(float)
-    compile_s = rows["compile_s"].astype(float)
-    slowest = rows.loc[compile_s.idxmax()]
-    ev = {"draft_c_target_met": bool(c_call.max() <= COMPILED_DRAFT_C_TARGET), "draft_c_draft": str(smallest),
-          "draft_c_range": [float(c_call.min()), float(c_call.max())],
-          "draft_c_in_round_range": [float(c_round.min()), float(c_round.max())],
-          "draft_c_at_bound": float(own["draft_step_bound_ms"].iloc[0] / own["target_step_bound_ms"].iloc[0]),
-          "compile_s_min": float(compile_s.min()), "compile_s_max": float(slowest["compile_s"]),
-          "compile_longest_group": f"{slowest['draft']} k={int(slowest['k'])}",
-          "compile_packages": int(slowest["packages"])}
-    ev["compile_target_met"] = bool(slowest["compile_s"] <= COMPILE_TARGET_S)
-    compile_text = ("met" if ev["compile_target_met"] else "not met") + (
-        f" (longest {ev['compile_longest_group']}, {ev['compile_s_max']:.0f} s over its {ev['compile_packages']} "
-        "packages, built by the compile rules)")
-    text = (f"; the draft-cost target (c by time at most {COMPILED_DRAFT_C_TARGET:.2f} for {smallest}) is "
-            + ("met" if ev["draft_c_target_met"] else "not met")
-            + f" (c {c_call.min():.2f}-{c_call.max():.2f} as a call of its own, "
-            f"{c_round.min():.2f}-{c_round.max():.2f} inside a round's graph)"
-            f"; the compile-time target (at most {COMPILE_TARGET_S:.0f} s for a group's packages) is {compile_text}")
-    return ev, text
-
-
-def _group(summary: pd.DataFrame, draft, k) -> pd.Series | None:
-    match = summary[(summary["draft"] == draft) & (summary["k"] == k)]
-    return match.iloc[0] if len(match) else None
-
-
-def _engine_spec(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> tuple[dict, str]:
-    """One engine's evidence and sentence: c per draft, its own best (draft, k), the wall clock."""
-    rows = engine_rows(summary, engine)
-    picks = engine_rows(best, engine)
-    pick = picks[picks["criterion"].isin(["chosen_for_engine", "chosen"])].iloc[0]
-    top = _group(rows, pick["draft"], pick["k"])
-    c_by_draft = {str(d): float(g["c_time"].iloc[0]) for d, g in rows.groupby("draft", sort=False)}
-    # the fastest group on the wall clock is the producer's "wall_speedup" criterion (best_groups)
-    wall_pick = picks[picks["criterion"] == "wall_speedup"].iloc[0]
-    fastest = _group(rows, wall_pick["draft"], wall_pick["k"])
-    ev = {"best_draft": str(pick["draft"]), "best_k": int(pick["k"]), "c_time_by_draft": c_by_draft,
-          "best_wall_speedup": float(fastest["wall_speedup"]),
-          "best_wall_group": f"{fastest['draft']} k={int(fastest['k'])}"}
-    if top is not None:
-        ev.update({"speedup_time": _num(top["speedup_theory_time"]), "wall_speedup": _num(top["wall_speedup"]),
-                   "alpha": _num(top["alpha"])})
-    verify = rows["verify_cost_ratio"].astype(float)
-    ev.update({"verify_cost_ratio_min": float(verify.min()), "verify_cost_ratio_max": float(verify.max()),
-               **{key: float(fastest[key]) for key in (*ROUND_PARTS, "wall_speedup_without_prefill")}})
-    # three sentences: the outcome, why (c from each step against its bound), where a round's time goes
-    text = (f"{engine}: best {pick['draft']} k={int(pick['k'])}, theoretical {_fmt(ev.get('speedup_time'), 2)}x, "
-            f"wall clock {_fmt(ev.get('wall_speedup'), 2)}x against target-only sampling timed interleaved with it")
+def spec_engine(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> SpecEngine:
+    rows, picks = engine_rows(summary, engine), engine_rows(best, engine)
+    own = picks[picks["criterion"].isin(["chosen_for_engine", "chosen"])].iloc[0]
+    fastest = _pick(picks, rows, "wall_speedup")
+    at_bound = picks[picks["criterion"] == "speedup_at_bound"].iloc[0]
+    ev = SpecEngine(
+        str(own["draft"]), int(own["k"]), {str(d): float(g["c_time"].iloc[0]) for d, g in rows.groupby("draft")},
+        group_name(fastest), float(fastest["wall_speedup"]), _range(rows["verify_cost_ratio"]),
+        {int(k): float(r) for k, r in rows.groupby("k")["verify_bound_ratio"].first().items()},
+        float(at_bound["value"]), group_name(at_bound), _range(rows["target_step_ms"]),
+        bool(rows["job_speeds_differ"].iloc[0]))
     if engine == "compiled":
-        met = ev["best_wall_speedup"] >= COMPILED_WALL_TARGET
-        ev["compiled_target_met"] = met
-        text += (f"; the {COMPILED_WALL_TARGET:.2f}x compiled target is " + ("met" if met else "not met")
-                 + f" (fastest group on the wall clock: {ev['best_wall_group']} at {ev['best_wall_speedup']:.2f}x)")
-    text += (". Why: c by time " + ", ".join(f"{d} {c:.3f}" for d, c in c_by_draft.items())
-             + _bound_clause(rows, str(fastest["draft"])))
-    roofline, verify_at_bound, at_bound = _roofline(rows, picks)
-    ev.update(roofline)
-    text += (f". A (k+1)-token verification costs {verify.min():.2f}-{verify.max():.2f} single steps"
-             f"{verify_at_bound}, and "
-             f"a round of {ev['best_wall_group']} takes {ev['round_ms']:.2f} ms: "
-             f"{_steps(int(fastest['k']), bool(fastest['drafts_in_one_graph']))} "
-             f"{ev['round_draft_ms']:.2f}, the verification {ev['round_verify_ms']:.2f}, its share of the prompts' "
-             f"prefill (both models) {ev['round_prefill_ms']:.2f}, " + _rest(ev['round_rest_ms'])
-             + f"; without each decoder's prefill, its rounds run at {ev['wall_speedup_without_prefill']:.2f}x "
-             "target-only's steps")
-    text += at_bound
-    if engine == "compiled":
-        target, clause = _verify_target(rows, pd.Series(roofline["verify_bound_ratio_by_k"]))
-        ev.update(target)
-        text += clause
-        targets, clause = _draft_and_compile_targets(rows)
-        ev.update(targets)
-        text += clause
-    if ev["best_wall_speedup"] < 1.0:
-        text += (f"; no group beats target-only on the wall clock (best {ev['best_wall_speedup']:.2f}x, "
-                 f"{ev['best_wall_group']}: alpha {float(fastest['alpha']):.3f}, c {float(fastest['c_time']):.3f})")
-    ev["job_speed_spread"] = float(rows["job_speed_spread"].iloc[0])
-    if bool(rows["job_speeds_differ"].iloc[0]):
-        steps = rows["target_step_ms"].astype(float)
-        text += (f"; the group jobs ran at different machine speeds (their own target step {steps.min():.3f}-"
-                 f"{steps.max():.3f} ms): each ratio above is taken within one job, but their milliseconds "
-                 "do not compare")
-    return ev, text
+        worst = rows[rows["k"] <= VERIFY_TARGET_MAX_K].groupby("k")["verify_cost_ratio"].max()
+        ev.verify_worst_by_k = {int(k): float(r) for k, r in worst.items()}
+        smallest = rows.loc[rows["c_params"].astype(float).idxmin(), "draft"]
+        mine = rows[rows["draft"] == smallest]
+        ev.draft_c_draft, ev.draft_c_range = str(smallest), _range(mine["c_time"])
+        ev.draft_c_in_round_range = _range(mine["c_time_in_round"])
+        ev.draft_c_at_bound = float(mine["draft_step_bound_ms"].iloc[0] / mine["target_step_bound_ms"].iloc[0])
+        slowest = rows.loc[rows["compile_s"].astype(float).idxmax()]
+        ev.compile_s, ev.compile_longest_group = _range(rows["compile_s"]), group_name(slowest)
+        ev.compile_packages = int(slowest["packages"])
+    return ev
+
+
+def engine_targets(name: str, ev: SpecEngine) -> list[Target]:
+    """The wall clock per engine; on the compiled engine also its verification, draft-cost and compile targets."""
+    judged = name == "compiled"
+    rows = [Target(f"fastest group on the wall clock, {name} ({ev.fastest_group})", ev.fastest_wall_speedup,
+                   COMPILED_WALL_TARGET if judged else None,
+                   ev.fastest_wall_speedup >= COMPILED_WALL_TARGET if judged else None, "x",
+                   "target" if judged else "", roofline=ev.speedup_at_bound)]
+    if not judged:
+        return rows
+    rows += [Target(f"verification at k = {k}, compiled (single steps)", worst, COMPILED_VERIFY_TARGET,
+                    worst <= COMPILED_VERIFY_TARGET, roofline=ev.verify_bound_ratio_by_k.get(k))
+             for k, worst in ev.verify_worst_by_k.items()]
+    rows += [Target(f"c by time of {ev.draft_c_draft} as a call, compiled", ev.draft_c_range,
+                    COMPILED_DRAFT_C_TARGET, ev.draft_c_range[1] <= COMPILED_DRAFT_C_TARGET,
+                    roofline=ev.draft_c_at_bound),
+             Target(f"c by time of {ev.draft_c_draft} inside a round's graph", ev.draft_c_in_round_range,
+                    roofline=ev.draft_c_at_bound),
+             Target(f"compile time of a group's packages (longest {ev.compile_longest_group}, "
+                    f"{ev.compile_packages} packages)", ev.compile_s, COMPILE_TARGET_S,
+                    ev.compile_s[1] <= COMPILE_TARGET_S, " s")]
+    return rows
+
+
+def _table_facts(ev: SpecEvidence, summary: pd.DataFrame, engines: list[str]) -> None:
+    """The facts of the group table the findings read: the formula's worst miss, the best group by
+    parameter cost, and the wall clock of the last engine's fastest group on every engine."""
+    first = engine_rows(summary, engines[0])
+    gap = (first["tokens_per_target_forward"] - first["formula_tokens_per_target_forward"]).abs()
+    worst = first.loc[gap.idxmax()]
+    ev.worst_yield_group, ev.worst_yield = group_name(worst), float(worst["tokens_per_target_forward"])
+    ev.worst_formula = float(worst["formula_tokens_per_target_forward"])
+    ev.formula_close = bool(gap.max() <= FORMULA_TOLERANCE * ev.worst_formula)
+    top = first.loc[first["speedup_theory_params"].idxmax()]
+    ev.params_best_group, ev.params_best_speedup = group_name(top), float(top["speedup_theory_params"])
+    ev.params_best_alpha = float(top["alpha"])
+    last = engine_rows(summary, engines[-1])
+    fastest = last.loc[last["wall_speedup"].idxmax()]
+    ev.fastest_of_last = group_name(fastest)
+    ev.walls_of_fastest = {e: float(engine_rows(summary, e).set_index(["draft", "k"]).loc[
+        (fastest["draft"], fastest["k"]), "wall_speedup"]) for e in engines}
 
 
 def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
@@ -233,49 +197,28 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M3", title, stamps)
     if absent is not None:
         return absent
-    summary = data.require("spec_summary", "draft", "k", "verify_cost_ratio", "c_time_in_round", "compile_s",
-                           "packages",
-                           *ROUND_PARTS, *STEP_BOUNDS,
-                           *JOB_SPEED, *SPEC_EVIDENCE.values())
-    ident = data.require("spec_identity", "identical")
+    summary = data.require("spec_summary", "draft", "k", *GROUP_COLUMNS, *ROUND_PARTS, *STEP_BOUNDS, *JOB_SPEED)
+    identical = data.require("spec_identity", "identical")["identical"].astype(bool)
     best = data.require("spec_best", "criterion", "draft", "k", "reason")
     chosen = best[best["criterion"] == "chosen"]
     if chosen.empty:
         raise ReportInputError(f"{data.paths.get('spec_best', 'spec_best')} has no row with criterion 'chosen'")
     row = chosen.iloc[0]
-    # the choice row, enriched with the summary's numbers for that group (on the choice's engine)
-    match = _group(engine_rows(summary, row["engine"]), row["draft"], row["k"])
-    if match is not None:
-        row = pd.concat([match, row[~row.index.isin(match.index)]])
-    identical = ident["identical"]
-    n_ok, n_all = int(identical.astype(bool).sum()), int(len(identical))
-    ev = {"draft": str(row["draft"]), "k": int(row["k"]), "greedy_identical": n_ok, "greedy_cases": n_all}
-    ev["engine"] = str(row["engine"])
-    for key, column in SPEC_EVIDENCE.items():
-        if column in row.index and _num(row[column]) is not None:
-            ev[key] = float(row[column])
-    reason = str(row["reason"])  # speculative_bench.best_groups' own sentence
-    ev["reason"] = reason
+    match = engine_rows(summary, row["engine"])
+    match = match[(match["draft"] == row["draft"]) & (match["k"] == row["k"])]
+    group = match.iloc[0] if len(match) else pd.Series(dtype=float)
     engines = engines_in(summary)
-    per_engine = {}
-    texts = []
-    for engine in engines:
-        per_engine[engine], text = _engine_spec(summary, best, engine)
-        texts.append(text)
-    ev["engines"] = per_engine
+    ev = SpecEvidence(str(row["engine"]), str(row["draft"]), int(row["k"]), str(row["reason"]),
+                      _num(group.get("alpha")), _num(group.get("speedup_theory_time")), _num(group.get("wall_speedup")),
+                      int(identical.sum()), len(identical), {e: spec_engine(summary, best, e) for e in engines},
+                      seed=dict(data.seed_reference.get("speculative", {})),
+                      timing=timing(data, stamps, "spec_summary"))
+    _table_facts(ev, summary, engines)
+    ev.targets = [Target("greedy output identical to the target's (cases)", ev.greedy_identical, ev.greedy_cases,
+                         ev.greedy_identical == ev.greedy_cases > 0, limit_of="every case"),
+                  *[t for name, engine in ev.engines.items() for t in engine_targets(name, engine)]]
     problems = []
-    if n_ok != n_all or n_all == 0:
-        problems.append(f"greedy speculative output differs from target greedy in {n_all - n_ok} of {n_all} cases")
-    verdict = (f"Chosen: draft {ev['draft']}, k = {ev['k']}; {reason}.\n\nPer engine:\n"
-               + "".join(f"- {text}.\n" for text in texts) + f"\nGreedy identity {n_ok}/{n_all}.")
-    verdict += caveats(data, stamps, "spec_summary")
-    if problems:
-        verdict += " Failed: " + "; ".join(problems) + "."
-    seed_sp = data.seed_reference.get("speculative", {})
-    walls = ", ".join(f"{e} {v['best_wall_speedup']:.2f}x" for e, v in per_engine.items())
-    headline = (f"Speculative: {ev['draft']} k={ev['k']}, best wall clock {walls}, greedy identical {n_ok}/{n_all} "
-                f"(seed page: {seed_sp.get('best_by_params', {}).get('draft')} "
-                f"k={seed_sp.get('best_by_params', {}).get('k')} by parameters, wall clock "
-                f"{seed_sp.get('wall_clock')})"
-                + ("; timings contended" if stamps.get("contended") else "") + ".")
-    return Milestone("M3", title, FAIL if problems else PASS, verdict, ev, stamps, [], problems, headline)
+    if ev.greedy_identical != ev.greedy_cases or ev.greedy_cases == 0:
+        problems.append(f"greedy speculative output matches target greedy in only {ev.greedy_identical} of "
+                        f"{ev.greedy_cases} cases")
+    return Milestone("M3", title, FAIL if problems else PASS, ev, stamps, [], problems)

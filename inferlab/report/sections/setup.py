@@ -8,7 +8,7 @@ from inferlab.report import figures as F
 from inferlab.report.display import SEED_PARAMS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.render import Document
-from inferlab.report.sections.common import compact
+from inferlab.review.numbers import fmt
 
 
 def model_rows(data: ReportInputs, seed: dict) -> list[dict]:
@@ -38,13 +38,13 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
         full = doc.full_table("models", "The models: training and checkpoints", pd.DataFrame(rows).assign(
             precision=[m.get("precision") for m in data.metas.values()],
             train_seconds=[m.get("train_seconds") for m in data.metas.values()]))
-        doc.add("table", compact(pd.DataFrame(rows).drop(columns=["tokens_seen"])),
+        doc.add("table", pd.DataFrame(rows).drop(columns=["tokens_seen"]),
                 "The three models (ours) with the seed page's parameter counts beside them", full)
         differences = [r for r in rows if r["difference"]]
         if differences:
             left.append(("note", "; ".join(
-                f"{r['model']} has {r['params']:,} parameters against the seed page's "
-                f"{r[SEED_PARAMS]:,}: a difference of {abs(r['difference']):,}" for r in differences)
+                f"{r['model']} has {fmt(r['params'])} parameters against the seed page's "
+                f"{fmt(r[SEED_PARAMS])}: a difference of {fmt(abs(r['difference']))}" for r in differences)
                 + ". Ours is what this architecture gives; it is reported as measured, not adjusted. The seed page's "
                 f"target ended at validation loss {seed.get('model', {}).get('val_loss')} (their model, their machine, "
                 "their training budget)."))
@@ -59,9 +59,9 @@ def noise_floor_block(data: ReportInputs, seed: dict) -> tuple:
     snf = seed.get("noise_floor", {})
     return (
         "p",
-        f"Noise floor: {float(nf['floor'].iloc[0]):.4f} nats ({nf['floor_source'].iloc[0]}; measured "
-        f"{nf['sigmas'].iloc[0]:g} σ = {float(nf['floor_measured'].iloc[0]):.4f} over {len(nf)} runs that differ "
-        f"only in seed, std {float(nf['std'].iloc[0]):.4f}, range {float(nf['range'].iloc[0]):.4f}). The seed page's "
+        f"Noise floor: {fmt(nf['floor'].iloc[0])} nats ({nf['floor_source'].iloc[0]}; measured "
+        f"{fmt(nf['sigmas'].iloc[0])} σ = {fmt(nf['floor_measured'].iloc[0])} over {len(nf)} runs that differ "
+        f"only in seed, std {fmt(nf['std'].iloc[0])}, range {fmt(nf['range'].iloc[0])}). The seed page's "
         f"floor: {snf.get('floor')} ({snf.get('sigmas')} σ over their {snf.get('runs')} runs, std {snf.get('std')}, "
         f"range {snf.get('range')}). A difference below the floor is not a finding. The reruns and the corpus "
         "statistics are in the appendix."
