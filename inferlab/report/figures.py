@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
+from inferlab.review.numbers import fmt  # noqa: E402
 from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
 from inferlab.sampling.summary_table import wide_summary  # noqa: E402
@@ -91,11 +92,11 @@ def _grid_matrix(dist: pd.DataFrame, value: str) -> pd.DataFrame:
     d = dist.copy()
     trunc = d["truncation"] if "truncation" in d.columns else np.where(d["min_p"] > 0, "min_p", "top_p")
     d["column"] = [
-        f"min-p {m:g}" if t == "min_p" else f"top-p {p:g}"
+        f"min-p {fmt(m)}" if t == "min_p" else f"top-p {fmt(p)}"
         for t, p, m in zip(trunc, d["top_p"], d["min_p"], strict=True)
     ]
-    order = [f"top-p {p:g}" for p in sorted(d.loc[np.asarray(trunc) != "min_p", "top_p"].unique())] + [
-        f"min-p {m:g}" for m in sorted(d.loc[np.asarray(trunc) == "min_p", "min_p"].unique())
+    order = [f"top-p {fmt(p)}" for p in sorted(d.loc[np.asarray(trunc) != "min_p", "top_p"].unique())] + [
+        f"min-p {fmt(m)}" for m in sorted(d.loc[np.asarray(trunc) == "min_p", "min_p"].unique())
     ]
     return d.pivot_table(index="temperature", columns="column", values=value, aggfunc="first")[order]
 
@@ -104,19 +105,16 @@ def sampling_heatmaps(dist: pd.DataFrame | None) -> bytes:
     if dist is None or dist.empty:
         return placeholder(FIGURES["sampling_heatmaps"], "results/sampling/distribution.parquet")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    for ax, value, fmt, label in (
-        (axes[0], "entropy_nats", "{:.2f}", "entropy (nats)"),
-        (axes[1], "kept", "{:.0f}", "kept tokens"),
-    ):
+    for ax, value, label in ((axes[0], "entropy_nats", "entropy (nats)"), (axes[1], "kept", "kept tokens")):
         m = _grid_matrix(dist, value)
         data = m.to_numpy(dtype=float)
         im = ax.imshow(np.log10(data) if value == "kept" else data, aspect="auto", cmap="viridis")
         ax.set_xticks(range(m.shape[1]), m.columns, rotation=45, ha="right", fontsize=8)
-        ax.set_yticks(range(m.shape[0]), [f"T={t:g}" for t in m.index], fontsize=8)
+        ax.set_yticks(range(m.shape[0]), [f"T={fmt(t)}" for t in m.index], fontsize=8)
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
                 if not np.isnan(data[i, j]):
-                    ax.text(j, i, fmt.format(data[i, j]), ha="center", va="center", fontsize=7, color="w")
+                    ax.text(j, i, fmt(float(data[i, j])), ha="center", va="center", fontsize=7, color="w")
         ax.set_title(label + (" (colour: log10)" if value == "kept" else ""), fontsize=10)
         fig.colorbar(im, ax=ax, shrink=0.8)
     fig.suptitle(FIGURES["sampling_heatmaps"], fontsize=10)
@@ -219,7 +217,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     ax.barh(s["scheme"].astype(str), s["delta_loss"], color=np.where(within, "#2e8b57", "#c0392b"), height=0.7)
     handles = [Patch(color="#2e8b57", label="within our noise floor"), Patch(color="#c0392b", label="above it")]
     if floor is not None:
-        handles.append(ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our floor ±{floor:.4f}"))
+        handles.append(ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our floor ±{fmt(floor)}"))
     if seed_floor is not None:
         handles.append(ax.axvline(seed_floor, color="grey", linestyle="--", label=f"seed page's floor {seed_floor}"))
     theirs = {"int4_per_tensor_sym": (seed_quant or {}).get("int4_per_tensor_sym_delta"),

@@ -293,7 +293,8 @@ def targets_table(m) -> pd.DataFrame | None:
         return None
 
     def limit(t) -> str:
-        parts = [_span(t.limit, t.unit) + (f" ({t.limit_of})" if t.limit_of else "")] if t.limit is not None else []
+        unit = t.unit.strip("+")  # a limit is a level, not a change
+        parts = [_span(t.limit, unit) + (f" ({t.limit_of})" if t.limit_of else "")] if t.limit is not None else []
         parts += [f"roofline {_span(t.roofline, t.unit)}"] if t.roofline is not None else []
         return "; ".join(parts) or "–"
 

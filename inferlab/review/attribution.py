@@ -28,6 +28,7 @@ from pathlib import PurePosixPath
 
 from inferlab.review.lineage_graph import META_FILE, WEIGHTS_FILE, LineageGraph, lineage_key
 from inferlab.review.milestone_map import MILESTONE_INPUTS
+from inferlab.review.numbers import fmt
 
 UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORDED = (
     "unexplained", "config", "code", "library", "input", "machine", "contended", "noise", "not recorded")
@@ -128,7 +129,7 @@ def _move(field: str, old, new, names: Mapping[str, str]) -> str:
     """'name old → new'; a probe rate to three digits with its unit."""
     if field in CALIBRATION_FIELDS:
         name, unit = CALIBRATION_FIELDS[field]
-        return f"{name} {old:.3g} → {new:.3g} {unit}"
+        return f"{name} {fmt(old, ' ' + unit)} → {fmt(new, ' ' + unit)}"
     return f"{names.get(field, field)} {shown_value(old)} → {shown_value(new)}"
 
 
@@ -140,7 +141,7 @@ def label(path: str) -> str:
 
 def shown_value(value) -> str:
     """A setting's value as a cause names it: absent, a short number, or a long list by its size."""
-    text = "absent" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    text = "absent" if value is None else fmt(value) if isinstance(value, float) else str(value)
     if len(text) <= SHOWN_VALUE_CHARS:
         return text
     if isinstance(value, list | tuple | Mapping):

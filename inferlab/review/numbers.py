@@ -16,7 +16,7 @@ def number(value) -> float | None:
 
 
 def fmt(value, unit: str = "") -> str:
-    """Ints with thousands separators, floats to about 4 significant digits (settings as written: 0.7,
+    """Ints with thousands separators, floats to 4 significant digits (5 from 100 up; settings as written: 0.7,
     1.3, 0.05). With a unit, a number in a sentence: "%" a share as a whole percent, "+" a signed
     change, any other unit ("x", " ms") written after the number; "n/a" where there is no number."""
     value = value.item() if hasattr(value, "item") else value
@@ -45,14 +45,13 @@ def _cell(value) -> str:
             return short.removesuffix(".0") if short.endswith(".0") else short
         if a == 0:
             return "0"
+        rounded = repr(float(f"{value:.4g}"))  # 4 significant digits, without a float's trailing noise
+        if a < 100 and "e" not in rounded:
+            return rounded.removesuffix(".0")
         if a >= 1e6:
             return f"{value:.4g}"
         if a >= 100:
             return f"{value:,.1f}"
-        if a >= 1:
-            return f"{value:.3f}"
-        if a >= 1e-3:
-            return f"{value:.4f}"
         return f"{value:.3g}"
     if isinstance(value, (list, dict)):
         return json.dumps(value, ensure_ascii=False)
