@@ -25,7 +25,7 @@ def _span(value, unit: str = "") -> str:
     """A number, a (low, high) range or a text, as a table cell."""
     if isinstance(value, tuple):
         low, high = value
-        return fmt(high, unit) if low == high else f"{fmt(low)}–{fmt(high, unit)}"
+        return fmt(high, unit) if fmt(low) == fmt(high) else f"{fmt(low)}–{fmt(high, unit)}"
     return fmt(value, unit) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 

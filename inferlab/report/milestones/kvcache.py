@@ -39,9 +39,7 @@ class KvEngine:
     """One engine's numbers at the longest generated length (fit, profiler and roofline where measured)."""
     label: str  # "compiled", or "compiled (ran eager)" when its compile fell back
     ratio_by_length: dict[int, float]  # no-cache time / cache time
-    ratio: float
-    ratio_min: float | None
-    ratio_max: float | None
+    ratio: float  # at the longest length (its min and max over reruns are in the appendix)
     cached_ms_per_token: float | None
     flop_estimate_ratio: float | None = None
     a_ms: float | None = None  # the no-cache step's fixed cost (fit a + b*positions)
@@ -49,8 +47,7 @@ class KvEngine:
     predicted_ratio: float | None = None  # what that fit predicts
     fixed_share_no_cache: float | None = None
     a_cache_ms: float | None = None
-    profile_op_share: float | None = None
-    profile_wall_ms: float | None = None
+    profile_op_share: float | None = None  # of a cached step's wall time, inside operators
     step_split: dict | None = None  # where a compiled step's time goes (kvcache.step_split), None on eager
     roofline_bound_ms: float | None = None
     over_bound: float | None = None  # cached ms per token / roofline bound
@@ -111,7 +108,7 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
     cached = summary[(summary["mode"] == "cache") & (summary["length"] == length)]["ms_per_token_median"]
     ev = KvEngine(engine_label(data.table("kv_summary"), engine),
                   {int(r.length): float(r.ratio) for r in ratios.itertuples()}, float(longest["ratio"]),
-                  _num(longest["ratio_min"]), _num(longest["ratio_max"]), _num(cached.iloc[0]) if len(cached) else None)
+                  _num(cached.iloc[0]) if len(cached) else None)
     ev.decode_step_kernels = decode_step_kernels(data.provenance.get("kv_profile", {}), engine)
     fit = _row_at(engine_rows(data.table("kv_fit"), engine), length)
     if fit is not None:
@@ -120,7 +117,7 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
     profile = engine_rows(data.table("kv_profile"), engine)
     if profile is not None and len(profile):
         row = profile.iloc[0]
-        ev.profile_op_share, ev.profile_wall_ms = _num(row["op_share"]), _num(row["wall_ms"])
+        ev.profile_op_share = _num(row["op_share"])
         split = {column: _num(row.get(column)) for column in STEP_SPLIT_COLUMNS}
         ev.step_split = split if all(value is not None for value in split.values()) else None
     roofline = data.table("roofline") if data.has("roofline") else None
