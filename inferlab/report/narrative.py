@@ -53,10 +53,10 @@ def _m1(ev) -> tuple[str, str]:
     return first, why
 
 
-def _m1_headline(ev, contended: bool) -> str:
+def _m1_headline(ev) -> str:
     ratios = ", ".join(f"{fmt(e.ratio, 'x')} on {e.label}" for e in ev.engines.values())
     return (f"KV cache faster at {ev.length} tokens: {ratios} (seed page: {fmt(ev.seed_ratio, 'x')} on their CPU at "
-            f"{ev.milestone_length})" + ("; timings contended" if contended else "") + ".")
+            f"{ev.milestone_length})" + ("; timings contended" if ev.timing.contended else "") + ".")
 
 
 def _m1_findings(ev) -> list[str]:
@@ -153,12 +153,12 @@ def _m3(ev) -> tuple[str, str]:
                    + (f"; on {' and '.join(slower)} no group beats target-only" if slower else "") + ".")
 
 
-def _m3_headline(ev, contended: bool) -> str:
+def _m3_headline(ev) -> str:
     walls = ", ".join(f"{name} {fmt(e.fastest_wall_speedup, 'x')}" for name, e in ev.engines.items())
     theirs = ev.seed.get("best_by_params", {})
     return (f"Speculative: {ev.draft} k={ev.k}, best wall clock {walls}, greedy identical {ev.greedy_identical}/"
             f"{ev.greedy_cases} (seed page: {theirs.get('draft')} k={theirs.get('k')} by parameters, wall clock "
-            f"{ev.seed.get('wall_clock')})" + ("; timings contended" if contended else "") + ".")
+            f"{ev.seed.get('wall_clock')})" + ("; timings contended" if ev.timing.contended else "") + ".")
 
 
 def _m3_findings(ev) -> list[str]:
@@ -224,7 +224,9 @@ def _m4_findings(ev) -> list[str]:
 
 # ------------------------------------------------------------------------------------- shared
 
-_RENDER = {"M1": (_m1, _m1_findings), "M2": (_m2, _m2_findings), "M3": (_m3, _m3_findings), "M4": (_m4, _m4_findings)}
+# milestone -> (its first two verdict sentences, its headline, its findings)
+_RENDER = {"M1": (_m1, _m1_headline, _m1_findings), "M2": (_m2, _m2_headline, _m2_findings),
+           "M3": (_m3, _m3_headline, _m3_findings), "M4": (_m4, _m4_headline, _m4_findings)}
 
 
 def _judged(m) -> bool:
@@ -275,15 +277,13 @@ def verdict(m) -> str:
 def headline(m) -> str:
     if not _judged(m):
         return verdict(m)
-    contended = getattr(getattr(m.evidence, "timing", None), "contended", False)
-    text = {"M1": lambda ev: _m1_headline(ev, contended), "M2": _m2_headline,
-            "M3": lambda ev: _m3_headline(ev, contended), "M4": _m4_headline}[m.id](m.evidence)
+    text = _RENDER[m.id][1](m.evidence)
     return f"STALE (rebuild {', '.join(m.stale['inputs'])}): {text}" if m.stale else text
 
 
 def findings(m) -> list[str]:
     """The experiment's three things to read from its table, from the same evidence."""
-    return _RENDER[m.id][1](m.evidence) if _judged(m) else []
+    return _RENDER[m.id][2](m.evidence) if _judged(m) else []
 
 
 def targets_table(m) -> pd.DataFrame | None:
@@ -312,8 +312,8 @@ def statements(m) -> list[str]:
                 *([f"Min-p: {ev.min_p_decision} ({ev.min_p_reason})"] if ev.min_p_decision else [])]
     if m.id == "M3":
         return [f"Why {ev.draft} k={ev.k}, as the speculative job states it: {ev.reason}.",
-                "Each engine's round accounting (draft steps, verification, prefill, the rest) and each step "
-                "against its bound are in the appendix."]
+                "Each group's round accounting (draft steps, verification, prefill, the rest), each step against "
+                "its bound and its compile time are in the appendix."]
     if m.id == "M4":
         return [f"The choice rule: {ev.reason}.", f"Measured: {ev.measured}."]
     return []

@@ -74,10 +74,6 @@ class Milestone:
         return headline(self)
 
 
-def bool_all(series: pd.Series) -> bool:
-    return bool(series.astype(bool).all())
-
-
 # ------------------------------------------------------------------------------------- engines
 
 

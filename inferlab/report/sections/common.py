@@ -10,8 +10,6 @@ from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
 
-ENGINE_COLUMNS = ["engine", "engine_used"]  # shown first in every table with one block per engine
-
 # The report's key -> what the table holds, the title of its appendix entry.
 INPUT_TITLES = {
     "kv_timings": "KV cache: every timed generation", "kv_summary": "KV cache: timings per engine, length and mode",

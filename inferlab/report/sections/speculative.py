@@ -8,7 +8,6 @@ from inferlab.report import figures as F
 from inferlab.report.display import per_engine
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
-from inferlab.report.milestones.speculative import MARGINAL, ROUND_PARTS, STEP_BOUNDS
 from inferlab.report.render import Document
 from inferlab.report.sections.common import experiment, findings, missing_note, verdict
 
@@ -29,13 +28,6 @@ def group_table(summary: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def round_accounting(summary: pd.DataFrame) -> pd.DataFrame:
-    """Where each group's round goes (draft steps, verification, prefill, the rest), each step against its
-    bound, and what one more draft step adds inside a round's graph: M3's engine accounting."""
-    columns = ["engine", "draft", "k", *ROUND_PARTS, *STEP_BOUNDS, *MARGINAL, "compile_s", "packages"]
-    return summary[[c for c in columns if c in summary.columns]]
-
-
 PREDICTION = ("With acceptance rate α, one round of k draft tokens yields E = (1 − α^(k+1)) / (1 − α) tokens per "
               "target forward; with a draft costing c target forwards the speedup is E / (k·c + 1). The measured yield "
               "should match E, and the best k should be small when c is not tiny.")
@@ -50,10 +42,9 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
         return
     summary = data.table("spec_summary")
     doc.add("figure", "speculative_yield", F.FIGURES["speculative_yield"])
-    full = doc.full_table("speculative-groups", "Speculative: every (engine, draft, k) group", summary)
+    full = doc.full_table("speculative-groups", "Speculative: every (engine, draft, k) group, with each round's "
+                          "accounting, each step against its bound and each group's compile time", summary)
     doc.add("table", group_table(summary), "Per (draft, k): acceptance, yield against the formula, theory speedup "
             "with c by parameters, and the wall-clock speedup per engine", full)
     findings(doc, m)
-    doc.full_table("speculative-rounds", "Speculative: each group's round accounting, steps against their bounds, "
-                   "compile time", round_accounting(summary))
     verdict(doc, m)
