@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from inferlab.experiments import display_name
+from inferlab.experiments import MILESTONES, display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.review.attribution import render
@@ -33,7 +33,6 @@ from inferlab.review.diff_summary import (
     unexplained,
 )
 from inferlab.review.lineage_graph import STALE, LineageGraph, lineage_table, stale_inputs
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.verdicts import NOT_COMPARABLE
 
 STALE_STATUS = "stale"
@@ -69,7 +68,7 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
     """
     checkpoints = [p for p in lineage["path"] if str(p).startswith(_CHECKPOINT)]
     for m in milestones:
-        tables = MILESTONE_INPUTS[m.id].tables
+        tables = MILESTONES[m.id].inputs
         keys = (*tables, *checkpoints)
         rows = lineage[lineage["path"].isin(tables) & lineage["rule"].notna()]
         codes = dict.fromkeys(f"{r.rule} {str(r.recorded_code_sha256)[:12]}" for r in rows.itertuples())
