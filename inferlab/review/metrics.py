@@ -23,6 +23,9 @@ from collections.abc import Callable, Iterable
 import pandas as pd
 
 NOISE_FLOOR, BOOTSTRAP_CI, REP_RANGE, EXACT = "noise_floor", "bootstrap_ci", "rep_range", "exact"
+# How a reader names each noise kind (the report's changes tables).
+NOISE_WORDS = {NOISE_FLOOR: "± noise floor", BOOTSTRAP_CI: "95% bootstrap CI", REP_RANGE: "min–max over reruns",
+               EXACT: "exact"}
 
 ID_COLUMNS = ["experiment", "metric", "key"]
 # `source`: the report input the row was read from (a table key, "models/<name>", "milestones/<id>"),
