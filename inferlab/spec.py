@@ -19,6 +19,9 @@ NOISE_FLOOR = "noise_floor"  # a loss; low/high = value -/+ the training-noise f
 BOOTSTRAP_CI = "bootstrap_ci"  # a rate over samples; low/high = the 95% bootstrap CI of the mean
 REP_RANGE = "rep_range"  # a timing; low/high = min/max over the reruns
 EXACT = "exact"  # a deterministic number: any difference is real
+# How a reader names each noise kind (the report's changes tables).
+NOISE_WORDS = {NOISE_FLOOR: "± noise floor", BOOTSTRAP_CI: "95% bootstrap CI", REP_RANGE: "min–max over reruns",
+               EXACT: "exact"}
 
 
 @dataclass(frozen=True)
