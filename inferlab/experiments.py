@@ -29,7 +29,6 @@ FIGURES: dict[str, Figure] = {
 }
 OVERLAYS: tuple[tuple[str, str, str], ...] = tuple((spec.name, *spec.overlay) for spec in SPECS if spec.overlay)
 
-DISPLAY_NAMES: dict[str, str] = {column: name for spec in SPECS for column, name in spec.columns.items()}
 _UNIT_SUFFIXES = (("_ms", " (ms)"), ("_nats", " (nats)"), ("_bits", " (bits)"), ("_pct", " (%)"),
                   ("_GB_per_s", " (GB/s)"), ("_per_s", " per s"))
 
@@ -38,8 +37,9 @@ def display_name(column) -> str:
     """The reader's name of a column: declared by a spec, else spelled out (underscores to spaces,
     units bracketed), so a new producer column still reads as words."""
     name = str(column)
-    if name in DISPLAY_NAMES:
-        return DISPLAY_NAMES[name]
+    for spec in SPECS:
+        if name in spec.columns:
+            return spec.columns[name]
     for suffix, unit in _UNIT_SUFFIXES:
         if name.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)].replace("_", " ") + unit

@@ -6,19 +6,23 @@ Every table comes from the real producers (tests/test_report.py's fixtures).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
+from inferlab import experiments
 from inferlab.experiments import display_name
 from inferlab.jobs.lineage import file_sha256
 from inferlab.quant import choice as quant_choice
+from inferlab.quant.spec import SPEC as QUANT
 from inferlab.report import figures
 from inferlab.report.build import write_report
 from inferlab.report.milestones.common import FAIL, PASS
@@ -27,6 +31,7 @@ from inferlab.review import ledger
 from inferlab.review.diff import load
 from inferlab.review.recording import ReviewPaths
 from inferlab.review.verdicts import CHANGED, FLIPPED, NOT_COMPARABLE, UNCHANGED, WITHIN, diff_metrics
+from inferlab.spec import Metric
 from tests.test_report import MACHINE, QUANT_SCHEMES, _paths, full_data, quant_rows, quant_tables, spec_tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,6 +177,32 @@ def test_timings_from_another_machine_fold_into_one_line_with_display_names_insi
     assert "ms_per_token" not in folded and "rep_range" not in folded
     html = Path(paths.html).read_text(encoding="utf-8")
     assert f'<details class="folded"><summary>{line}</summary>' in html
+
+
+def test_a_new_metric_is_declared_in_its_experiments_spec_alone(tmp_path, monkeypatch):
+    """Issue 59: a column and its display name are added in one file, the experiment's spec; the metrics
+    table, the export, the appendix and the diff all find it there."""
+    column, name = "loss_over_bits", "Δ loss per bit (nats)"
+    spec = replace(QUANT, metrics=(*QUANT.metrics, Metric(column, "quant_summary", column, "{scheme}", "nats")),
+                   columns={**QUANT.columns, column: name})
+    monkeypatch.setattr(experiments, "SPECS", tuple(spec if s is QUANT else s for s in experiments.SPECS))
+
+    def run(extra: float):
+        data = full_data()
+        summary = data.tables["quant_summary"]
+        summary[column] = summary["delta_loss"] / summary["bits"] + extra * (summary["scheme"] == QUANT_SCHEMES[1])
+        return data
+
+    diff, paths = _two_runs(tmp_path, run(0.0), run(0.5))
+    metrics = pd.read_parquet(paths.review.metrics)
+    assert set(metrics.loc[metrics["metric"] == column, "key"]) == set(QUANT_SCHEMES)
+    exported = json.loads(Path(paths.precomputed_json).read_text(encoding="utf-8"))
+    assert all(column in row for row in exported["quantization"]["summary"])
+    html = Path(paths.html).read_text(encoding="utf-8")
+    assert f"<th>{name}</th>" in html.split('id="appendix"')[1]  # the appendix's quantization table
+    moved = diff[(diff["metric"] == column) & (diff["verdict"] == CHANGED)]
+    assert list(moved["key"]) == [QUANT_SCHEMES[1]]
+    assert f"| {name} |" in Path(paths.markdown).read_text(encoding="utf-8").split("## Setup")[0]
 
 
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")

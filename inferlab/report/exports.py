@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from inferlab.experiments import SPECS
+from inferlab import experiments
 from inferlab.report.inputs import ReportInputs
 
 INFERENCE_SCHEMA = "inferlab/c13-inference@1"
@@ -44,7 +44,7 @@ def _sections(data: ReportInputs, file: str) -> dict:
     """Every spec's export block for `file`, in the specs' order."""
     return {export.section: (_rows(data, export.tables) if isinstance(export.tables, str)
                              else {name: _rows(data, key) for name, key in export.tables.items()})
-            for spec in SPECS for export in spec.exports if export.file == file}
+            for spec in experiments.SPECS for export in spec.exports if export.file == file}
 
 
 def inference_export(data: ReportInputs, stamps: dict, generated: dict) -> dict:

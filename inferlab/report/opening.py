@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from inferlab.experiments import MILESTONES, display_name
+from inferlab.experiments import CHANGES_FIGURE, MILESTONES, display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.review.attribution import render
@@ -38,7 +38,6 @@ from inferlab.review.verdicts import NOT_COMPARABLE, missing
 from inferlab.spec import NOISE_WORDS
 
 STALE_STATUS = "stale"
-CHANGES_FIGURE = "changes_overlay"
 _CHECKPOINT = "checkpoint "  # key prefix of a model's meta.json in the lineage table
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from inferlab.experiments import SPECS
+from inferlab import experiments
 from inferlab.spec import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, Metric, Spec
 
 ID_COLUMNS = ["experiment", "metric", "key"]
@@ -195,7 +195,7 @@ def metrics_table(tables: dict[str, pd.DataFrame | None], milestones: pd.DataFra
     3. each milestone's status;
     4. the stamps as flat columns on every row, and this run's probe rates (the calibration).
     """
-    rows = [row for spec in SPECS for metric in spec.metrics
+    rows = [row for spec in experiments.SPECS for metric in spec.metrics
             for row in metric_rows(spec, metric, tables.get(metric.table))]
     rows += model_rows(tables.get("noise_floor"), metas)
     rows += milestone_rows(milestones)
