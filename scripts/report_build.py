@@ -2,11 +2,11 @@
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
+from inferlab.experiments import FIGURES
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import CHECKOUT, job_lineage
 from inferlab.jobs.machine import machine_stamp
 from inferlab.report.build import ReportPaths, run_information, write_report
-from inferlab.report.catalog import FIGURE_CATALOG
 from inferlab.report.inputs import add_reference_table, load_inputs
 from inferlab.review.lineage_graph import causes_record
 from inferlab.review.metrics import probe_calibration
@@ -32,7 +32,7 @@ paths = ReportPaths(
     inference_json=out.inference_json,
     precomputed_json=out.precomputed_json,
     workbench=out.workbench,
-    figures=dict(zip(FIGURE_CATALOG, out.figures, strict=True)),
+    figures=dict(zip(FIGURES, out.figures, strict=True)),
     appendix=out.appendix,
     review=ReviewPaths(metrics=out.metrics, bundle=out.bundle, history=smk.params.history,
                        reference=smk.params.reference),

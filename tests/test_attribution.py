@@ -298,6 +298,7 @@ def test_the_same_machine_line_and_the_machine_heading_agree(tmp_path, fingerpri
 def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_path):
     """On another machine every timing is not comparable, as expected: one line, the groups folded under it;
     a change with another cause stays open beside it. The tables name metrics and noise as a reader would."""
+    from inferlab.experiments import display_name
     from inferlab.report.opening import change_groups
     from inferlab.review.diff import runs_machine_text
 
@@ -310,9 +311,13 @@ def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_pat
     assert blocks[0][:2] == ("details", "1 timing metric not comparable: another machine (fingerprint f00 → f01)")
     folded = blocks[0][2]
     assert folded[0][0] == "cause" and "ms/token" in folded[1][1]["metric"].tolist()
-    assert folded[1][1]["noise"].tolist() == ["rep range"]
+    assert folded[1][1]["noise"].tolist() == ["min–max over reruns"]
     opened = [b for b in blocks[1:] if b[0] == "cause"]
     assert opened and opened[0][1].startswith("config: quantization.gptq.damp 0.01 → 0.05"), blocks
+    rows = blocks[blocks.index(opened[0]) + 1][1]  # the deterministic change, listed with its cause
+    assert (display_name("delta_loss"), "gptq_4b", "± noise floor") in set(
+        zip(rows["metric"], rows["key"], rows["noise"], strict=True))
+    assert all(b[0] != "table" or not (b[1]["verdict"] == "not comparable").any() for b in blocks[1:])
     same = change_groups(verdicts.diff_metrics(old, make_run(tmp_path / "same", damp=0.05)[0], old_record,
                                                new_record), None)
     assert all(b[0] != "details" for b in same)

@@ -6,18 +6,23 @@ Every table comes from the real producers (tests/test_report.py's fixtures).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
+from inferlab import experiments
+from inferlab.experiments import display_name
 from inferlab.jobs.lineage import file_sha256
 from inferlab.quant import choice as quant_choice
+from inferlab.quant.spec import SPEC as QUANT
 from inferlab.report import figures
 from inferlab.report.build import write_report
 from inferlab.report.milestones.common import FAIL, PASS
@@ -25,7 +30,8 @@ from inferlab.report.opening import STALE_STATUS
 from inferlab.review import ledger
 from inferlab.review.diff import load
 from inferlab.review.recording import ReviewPaths
-from inferlab.review.verdicts import CHANGED, FLIPPED, diff_metrics
+from inferlab.review.verdicts import CHANGED, FLIPPED, NOT_COMPARABLE, UNCHANGED, WITHIN, diff_metrics
+from inferlab.spec import Metric
 from tests.test_report import MACHINE, QUANT_SCHEMES, _paths, full_data, quant_rows, quant_tables, spec_tables
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,6 +138,71 @@ def test_a_pass_to_fail_flip_heads_the_diff_and_the_report(tmp_path):
     first_row = next(line for line in changes.splitlines() if line.startswith(("| flipped", "| changed")))
     assert first_row.startswith("| flipped") and "M3" in first_row
     assert "flipped pass → fail" in markdown.split("## Changes since", 1)[0]
+
+
+def _on_machine(data, fingerprint: str):
+    """The same tables, measured on the machine with this hardware fingerprint."""
+    for key, prov in data.provenance.items():
+        data.provenance[key] = {**prov, "machine": {**prov["machine"], "fingerprint": fingerprint}}
+    return data
+
+
+def test_timings_from_another_machine_fold_into_one_line_with_display_names_inside(tmp_path):
+    """Issue 59: against a reference from another machine every timing is not comparable, as expected: the
+    Changes section says so in one line naming both fingerprints; the timings are listed only in the folded
+    details, whose tables read as a reader names things (no metric ids, no noise-kind ids)."""
+    paths = _review_paths(tmp_path)
+    data = _on_machine(full_data(), "b" * 64)
+    write_report(data, paths, RUN, MACHINE)  # its metrics, as another machine measured them: the reference
+    reference = pd.read_parquet(paths.review.metrics).assign(machine_fingerprint="a" * 64)
+    timing = reference["timing"].astype(bool)
+    reference.loc[timing, ["value", "low", "high"]] *= 1.5
+    shutil.rmtree(paths.review.history)
+    Path(paths.review.reference).parent.mkdir(parents=True)
+    reference.to_parquet(paths.review.reference)
+    write_report(data, paths, RUN, MACHINE)
+    d = diff_metrics(reference, pd.read_parquet(paths.review.metrics))
+    moved = d[~d["verdict"].isin([UNCHANGED, WITHIN])]
+    assert len(moved) > 10 and (moved["verdict"] == NOT_COMPARABLE).all() and moved["timing"].all()
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    section = markdown[markdown.index("## Changes since"):markdown.index("## Setup")]
+    line = f"{len(moved)} timing metrics not comparable: another machine (fingerprint aaaaaaaa → bbbbbbbb)"
+    assert section.count("<details>") == 1 and f"<summary>{line}</summary>" in section
+    before, folded = section.split("<details>")
+    folded, after = folded.split("</details>")
+    assert "|" not in before + after and "changes_overlay.png" in folded  # no table of them in the body
+    header = next(row for row in folded.splitlines() if row.startswith("| verdict"))
+    assert header == "| verdict | experiment | metric | key | old | new | Δ | Δ% | noise kind |"
+    assert f"| {display_name('ms_per_token')} |" in folded and "| min–max over reruns |" in folded
+    assert "ms_per_token" not in folded and "rep_range" not in folded
+    html = Path(paths.html).read_text(encoding="utf-8")
+    assert f'<details class="folded"><summary>{line}</summary>' in html
+
+
+def test_a_new_metric_is_declared_in_its_experiments_spec_alone(tmp_path, monkeypatch):
+    """Issue 59: a column and its display name are added in one file, the experiment's spec; the metrics
+    table, the export, the appendix and the diff all find it there."""
+    column, name = "loss_over_bits", "Δ loss per bit (nats)"
+    spec = replace(QUANT, metrics=(*QUANT.metrics, Metric(column, "quant_summary", column, "{scheme}", "nats")),
+                   columns={**QUANT.columns, column: name})
+    monkeypatch.setattr(experiments, "SPECS", tuple(spec if s is QUANT else s for s in experiments.SPECS))
+
+    def run(extra: float):
+        data = full_data()
+        summary = data.tables["quant_summary"]
+        summary[column] = summary["delta_loss"] / summary["bits"] + extra * (summary["scheme"] == QUANT_SCHEMES[1])
+        return data
+
+    diff, paths = _two_runs(tmp_path, run(0.0), run(0.5))
+    metrics = pd.read_parquet(paths.review.metrics)
+    assert set(metrics.loc[metrics["metric"] == column, "key"]) == set(QUANT_SCHEMES)
+    exported = json.loads(Path(paths.precomputed_json).read_text(encoding="utf-8"))
+    assert all(column in row for row in exported["quantization"]["summary"])
+    html = Path(paths.html).read_text(encoding="utf-8")
+    assert f"<th>{name}</th>" in html.split('id="appendix"')[1]  # the appendix's quantization table
+    moved = diff[(diff["metric"] == column) & (diff["verdict"] == CHANGED)]
+    assert list(moved["key"]) == [QUANT_SCHEMES[1]]
+    assert f"| {name} |" in Path(paths.markdown).read_text(encoding="utf-8").split("## Setup")[0]
 
 
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferlab.experiments import MILESTONES
 from inferlab.jobs.lineage import canonical_sha256
 from inferlab.jobs.machine import format_machine, machine_stamp
 from inferlab.jobs.tables import write_json, write_table
@@ -25,7 +26,6 @@ from inferlab.review.diff import Changes, changes_since
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.lineage_graph import LineageGraph
 from inferlab.review.metrics import metrics_table
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.recording import ReviewPaths, bundle_and_record, unique_run_id
 
 
@@ -62,8 +62,8 @@ def run_information(config: dict, benchmark_dir: str, input_paths: list[str], ma
 def run_metrics(data: ReportInputs, milestones: list[Milestone]) -> pd.DataFrame:
     """results/metrics.parquet: the headline numbers, milestone statuses and each experiment's stamps."""
     by_id = {m.id: m for m in milestones}
-    experiments = {exp: by_id[mid].stamps for mid, inputs in MILESTONE_INPUTS.items() if mid in by_id
-                   for exp in inputs.experiments}
+    experiments = {exp: by_id[mid].stamps for mid, spec in MILESTONES.items() if mid in by_id
+                   for exp in spec.reviewed}
     stamps = {**milestones[0].stamps, "experiments": experiments}
     return metrics_table(data.tables, milestones_table(milestones), stamps, data.metas)
 

@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from inferlab import experiments
 from inferlab.report.inputs import ReportInputs
 
 INFERENCE_SCHEMA = "inferlab/c13-inference@1"
@@ -25,11 +26,7 @@ def records(df: pd.DataFrame | None, drop: tuple[str, ...] = ()) -> list[dict] |
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in out]
 
 
-def _section(data: ReportInputs, keys: dict[str, str], drop: tuple[str, ...] = ()) -> dict:
-    return {name: records(data.table(key), drop) for name, key in keys.items()}
-
-
-def _head(data: ReportInputs, stamps: dict, generated: dict) -> dict:
+def _head(stamps: dict, generated: dict) -> dict:
     return {
         "generated": generated,
         "stamps": stamps,
@@ -38,56 +35,29 @@ def _head(data: ReportInputs, stamps: dict, generated: dict) -> dict:
     }
 
 
+def _rows(data: ReportInputs, key: str):
+    """A table's rows, or a JSON input as it is (the sampling logits)."""
+    return records(data.table(key)) if key in data.tables else data.json.get(key)
+
+
+def _sections(data: ReportInputs, file: str) -> dict:
+    """Every spec's export block for `file`, in the specs' order."""
+    return {export.section: (_rows(data, export.tables) if isinstance(export.tables, str)
+                             else {name: _rows(data, key) for name, key in export.tables.items()})
+            for spec in experiments.SPECS for export in spec.exports if export.file == file}
+
+
 def inference_export(data: ReportInputs, stamps: dict, generated: dict) -> dict:
     """KV-cache speeds and the sampling distributions / repetition (the seed's c13-inference.json)."""
-    logits = data.json.get("sp_logits")
-    return {
-        "schema": INFERENCE_SCHEMA,
-        **_head(data, stamps, generated),
-        "kvcache": _section(
-            data,
-            {
-                "timings": "kv_timings",
-                "summary": "kv_summary",
-                "fit": "kv_fit",
-                "profile": "kv_profile",
-                "roofline": "roofline",
-            },
-        ),
-        "sampling": {
-            **_section(
-                data, {"distribution": "sp_distribution", "repetition": "sp_repetition", "default": "sp_default",
-                       "distance": "sp_distance"}
-            ),
-            "logits": logits,  # {"prompt","model","checkpoint_sha256","vocab":[V],"logits":[V], ...}
-        },
-    }
+    return {"schema": INFERENCE_SCHEMA, **_head(stamps, generated), **_sections(data, "inference")}
+
+
+MODEL_FIELDS = ("params", "val_loss", "weights_sha256", "tokens_per_s", "train_seconds", "steps", "tokens_seen",
+                "precision")
 
 
 def precomputed_export(data: ReportInputs, stamps: dict, generated: dict) -> dict:
-    """Speculative sampling and quantization results (the seed's precomputed.json)."""
-    return {
-        "schema": PRECOMPUTED_SCHEMA,
-        **_head(data, stamps, generated),
-        "models": {
-            name: {
-                k: meta.get(k)
-                for k in (
-                    "params",
-                    "val_loss",
-                    "weights_sha256",
-                    "tokens_per_s",
-                    "train_seconds",
-                    "steps",
-                    "tokens_seen",
-                    "precision",
-                )
-            }
-            for name, meta in data.metas.items()
-        },
-        "noise_floor": records(data.table("noise_floor")),
-        "speculative": _section(
-            data, {"summary": "spec_summary", "greedy_identity": "spec_identity", "best": "spec_best"}
-        ),
-        "quantization": _section(data, {"summary": "quant_summary", "choice": "quant_choice"}),
-    }
+    """The models, the noise floor, speculative sampling and quantization (the seed's precomputed.json)."""
+    models = {name: {k: meta.get(k) for k in MODEL_FIELDS} for name, meta in data.metas.items()}
+    return {"schema": PRECOMPUTED_SCHEMA, **_head(stamps, generated), "models": models,
+            **_sections(data, "precomputed")}

@@ -14,13 +14,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from inferlab.report.catalog import FIGURE_CATALOG  # noqa: E402
+from inferlab.experiments import FIGURES as CATALOG  # noqa: E402
 from inferlab.review.numbers import fmt  # noqa: E402
 from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
 from inferlab.sampling.summary_table import wide_summary  # noqa: E402
 
-FIGURES = {stem: figure.title for stem, figure in FIGURE_CATALOG.items()}  # stem -> title
+FIGURES = {stem: figure.title for stem, figure in CATALOG.items()}  # stem -> title
 
 
 def to_png(fig) -> bytes:

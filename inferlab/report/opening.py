@@ -17,12 +17,13 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from inferlab.experiments import display_name
+from inferlab.experiments import CHANGES_FIGURE, MILESTONES, display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.review.attribution import render
 from inferlab.review.diff import Changes
 from inferlab.review.diff_summary import (
+    brief_cause,
     cause_groups,
     cause_lines,
     counts,
@@ -32,11 +33,10 @@ from inferlab.review.diff_summary import (
     unexplained,
 )
 from inferlab.review.lineage_graph import STALE, LineageGraph, lineage_table, stale_inputs
-from inferlab.review.milestone_map import MILESTONE_INPUTS
-from inferlab.review.verdicts import NOT_COMPARABLE
+from inferlab.review.verdicts import NOT_COMPARABLE, missing
+from inferlab.spec import NOISE_WORDS
 
 STALE_STATUS = "stale"
-CHANGES_FIGURE = "changes_overlay"
 _CHECKPOINT = "checkpoint "  # key prefix of a model's meta.json in the lineage table
 
 
@@ -68,7 +68,7 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
     """
     checkpoints = [p for p in lineage["path"] if str(p).startswith(_CHECKPOINT)]
     for m in milestones:
-        tables = MILESTONE_INPUTS[m.id].tables
+        tables = MILESTONES[m.id].inputs
         keys = (*tables, *checkpoints)
         rows = lineage[lineage["path"].isin(tables) & lineage["rule"].notna()]
         codes = dict.fromkeys(f"{r.rule} {str(r.recorded_code_sha256)[:12]}" for r in rows.itertuples())
@@ -113,7 +113,7 @@ def changes_table(shown: pd.DataFrame) -> pd.DataFrame:
         "old": [_value(v, t) for v, t in zip(shown["old"], shown["old_text"], strict=True)],
         "new": [_value(v, t) for v, t in zip(shown["new"], shown["new_text"], strict=True)],
         "Δ": shown["delta"].mask(texts), "Δ%": shown["delta_pct"].mask(texts),
-        "noise": shown["noise_kind"].map(display_name),
+        "noise": [NOISE_WORDS.get(kind, kind) for kind in shown["noise_kind"]],
     })
 
 
@@ -130,26 +130,40 @@ def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tup
                         "see “Changes since …”.")]
 
 
-def change_groups(diff: pd.DataFrame, machine: str | None = None, listed: int = 8) -> list[tuple]:
+def _cause_blocks(rows: pd.DataFrame, machine: str | None, listed: int) -> list[tuple]:
     """Per cause, its heading line, each further cause as a line of its own, and a short table of what
-    it moved: one config edit is one line. Timings that only another machine makes not comparable are
-    one line, their groups folded under it: on another machine that is expected, not a change."""
+    it moved: one config edit is one line."""
     blocks: list[tuple] = []
-    folded: list[tuple] = []
-    count = 0
-    shown = needs_look(diff)
-    for _, causes, rows in cause_groups(shown):
+    for _, causes, group in cause_groups(rows):
         heading, also = cause_lines(causes, machine)
-        more = f" (the first {listed} of {len(rows)})" if len(rows) > listed else ""
-        group = [("cause", f"{heading} — moved {len(rows)} metric(s)", also),
-                 ("table", changes_table(rows.head(listed)), f"Metrics with this cause{more}")]
-        only_the_machine = machine and (rows["verdict"] == NOT_COMPARABLE).all() and rows["timing"].all()
-        (folded if only_the_machine else blocks).extend(group)
-        count += len(rows) if only_the_machine else 0
-    if folded:
-        plural = "s" if count != 1 else ""
-        blocks.insert(0, ("details", f"{count} timing metric{plural} not comparable: another machine ({machine})",
-                          folded))
+        more = f" (the first {listed} of {len(group)})" if len(group) > listed else ""
+        blocks += [("cause", f"{heading} — moved {len(group)} metric(s)", also),
+                   ("table", changes_table(group.head(listed)), f"Metrics with this cause{more}")]
+    return blocks
+
+
+def not_comparable_line(rows: pd.DataFrame, machine: str | None = None) -> str:
+    """'N timing metrics not comparable: another machine (fingerprint a → b)', the fingerprints cut to 8
+    characters; without one pair of fingerprints (a contended run, probes that disagree), the rows'
+    nearest causes."""
+    pairs = {(str(a)[:8], str(b)[:8]) for a, b in zip(rows["fingerprint_old"], rows["fingerprint_new"], strict=True)
+             if not missing(a) and not missing(b) and a != b}
+    if len(pairs) == 1:
+        (old, new), = pairs
+        why = f"another machine (fingerprint {old} → {new})"
+    else:
+        why = "; ".join(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in rows["causes"] if c))
+    return f"{len(rows)} timing metric{'s' if len(rows) != 1 else ''} not comparable: {why}"
+
+
+def change_groups(diff: pd.DataFrame, machine: str | None = None, listed: int = 8) -> list[tuple]:
+    """The changes by cause. Timings that cannot be compared (another machine, a contended run) are
+    expected there, not changes: one line, their groups folded under it, never listed in the body."""
+    shown = needs_look(diff)
+    incomparable = (shown["verdict"] == NOT_COMPARABLE) & shown["timing"]
+    folded = _cause_blocks(shown[incomparable], machine, listed)
+    blocks = [("details", not_comparable_line(shown[incomparable], machine), folded)] if folded else []
+    blocks += _cause_blocks(shown[~incomparable], machine, listed)
     rest = shown[shown["cause"].isna()]
     if len(rest):
         blocks.append(("table", changes_table(rest.head(listed)), "Added or removed metrics"))
@@ -219,8 +233,12 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
     if not groups:
         # the overlay would show two equal bars per metric: the sentence says it (the PNG is still written)
         return blocks + [("p", "No metric changed beyond its noise.")]
-    return blocks + groups + [("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed "
-                                                         "ratios and quantization Δloss, with their noise")]
+    figure = ("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed ratios and "
+                                        "quantization Δloss, with their noise")
+    if [b[0] for b in groups] == ["details"]:  # only timings that cannot be compared: the overlay folds with them
+        _, summary, folded = groups[0]
+        return [*blocks, ("details", summary, [*folded, figure])]
+    return blocks + groups + [figure]
 
 
 def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:

@@ -5,7 +5,8 @@ Blocks: ("h1"|"h2"|"h3"|"p"|"note"|"warning"|"question"|"prediction", text), ("f
 ("milestone", Milestone): its status and verdict (narrative.verdict_blocks puts its targets table, a "table"
 block, and the producers' statements, "note" blocks, under it), ("card", Milestone, headline, stamp line,
 change line),
-("pair", [blocks], [blocks]): two columns on a wide screen, one after the other on a narrow one.
+("pair", [blocks], [blocks]): two columns on a wide screen, one after the other on a narrow one,
+("cause", heading, [further lines]), ("details", summary, [blocks]): one line, its blocks folded under it.
 A body table names the appendix table it was cut from; the appendix holds every table complete.
 The HTML (page_html.py, from a Jinja2 template) embeds figures as base64 PNG and has no external
 reference; the Markdown (page_markdown.py) links figures/<stem>.png and appendix/<slug>.csv.

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from inferlab.experiments import MILESTONES
 from inferlab.review.lineage_graph import META_FILE, WEIGHTS_FILE, LineageGraph, lineage_key
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt
 
 UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORDED = (
@@ -328,8 +328,8 @@ def source_files(source: str | None, record: Mapping) -> list[str]:
     """The files a metric's `source` stands for: one table, a checkpoint, or a milestone's tables."""
     sources = record.get("sources") or {}
     if source and source.startswith("milestones/"):
-        inputs = MILESTONE_INPUTS.get(source.split("/", 1)[1])
-        keys = inputs.tables if inputs else ()
+        spec = MILESTONES.get(source.split("/", 1)[1])
+        keys = spec.inputs if spec else ()
     else:
         keys = (source,) if source else ()
     return [sources[k] for k in keys if k in sources]

@@ -7,6 +7,8 @@ import io
 import numpy as np
 import pandas as pd
 
+from inferlab.experiments import OVERLAYS
+
 
 def _overlay(ax, old: pd.DataFrame, new: pd.DataFrame, experiment: str, metric: str, title: str) -> None:
     keys = list(dict.fromkeys([*old.loc[(old.experiment == experiment) & (old.metric == metric), "key"],
@@ -27,15 +29,15 @@ def _overlay(ax, old: pd.DataFrame, new: pd.DataFrame, experiment: str, metric: 
 
 
 def diff_figure(old: pd.DataFrame, new: pd.DataFrame) -> bytes:
-    """PNG: old vs new KV-cache speed ratios (rep ranges) and quant Δloss bars (± the floor)."""
+    """PNG: one panel per spec overlay, old vs new with their noise (rep ranges, ± the floor)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    _overlay(axes[0], old, new, "kvcache", "speed_ratio", "KV cache: no-cache / cache time, by length")
-    _overlay(axes[1], old, new, "quant", "delta_loss", "Quantization: Δ validation loss, ± noise floor")
-    axes[1].axhline(0.0, color="black", linewidth=0.6)
+    fig, axes = plt.subplots(1, len(OVERLAYS), figsize=(5.5 * len(OVERLAYS), 4), squeeze=False)
+    for ax, (experiment, metric, title) in zip(axes[0], OVERLAYS, strict=True):
+        _overlay(ax, old, new, experiment, metric, title)
+        ax.axhline(0.0, color="black", linewidth=0.6)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)

@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from inferlab.experiments import MILESTONES
 from inferlab.review.attribution import CAUSE_ORDER, MACHINE, UNEXPLAINED, Cause, render
 from inferlab.review.metrics import IDENTICAL_RTOL
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 from inferlab.review.numbers import fmt
 from inferlab.review.verdicts import (
     ADDED,
@@ -169,8 +169,8 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
     """One line per milestone for its card: a flip, the first few changes each with its nearest
     cause, the rest as counts."""
     lines = {}
-    for milestone, inputs in MILESTONE_INPUTS.items():
-        experiments = inputs.experiments
+    for milestone, spec in MILESTONES.items():
+        experiments = spec.reviewed
         status = diff[(diff.experiment == "milestones") & (diff.key == milestone)]
         rows = diff[diff.experiment.isin(experiments)]
         parts = []

@@ -222,7 +222,7 @@ def stamp_disagreements(provenance: Mapping[str, Mapping], metas: Mapping[str, M
 
 
 def stale_inputs(table: pd.DataFrame, keys: Iterable[str]) -> list[str]:
-    """The inputs among `keys` that the lineage table marks stale (e.g. MILESTONE_INPUTS["M4"].tables)."""
+    """The inputs among `keys` that the lineage table marks stale (e.g. MILESTONES["M4"].inputs)."""
     keys = set(keys)
     stale = table[(table["status"] == STALE) & table["path"].isin(keys)]
     return stale["path"].tolist()

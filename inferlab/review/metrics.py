@@ -18,11 +18,12 @@ repetition table becomes rows, whatever its name.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-NOISE_FLOOR, BOOTSTRAP_CI, REP_RANGE, EXACT = "noise_floor", "bootstrap_ci", "rep_range", "exact"
+from inferlab import experiments
+from inferlab.spec import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, Metric, Spec
 
 ID_COLUMNS = ["experiment", "metric", "key"]
 # `source`: the report input the row was read from (a table key, "models/<name>", "milestones/<id>"),
@@ -66,11 +67,6 @@ def identical(old: float, new: float, kind: str) -> bool:
 # NaN bounds and the diff says "no noise estimate" instead of guessing.
 MIN_REPS_FOR_RANGE = 3
 
-# Direction of the repetition metrics; a metric not listed here (a new one) gets None (no direction).
-REPETITION_DIRECTION = {"seq_rep_4": False, "distinct_1": True, "distinct_2": True,
-                        "in_corpus_4gram_share": True, "nll_per_token": False}
-
-
 def _row(experiment: str, metric: str, key: str, value, unit: str, noise_kind: str, *,
          low=math.nan, high=math.nan, timing: bool = False, higher_is_better: bool | None = None,
          text_value: str | None = None, source: str | None = None) -> dict:
@@ -78,20 +74,6 @@ def _row(experiment: str, metric: str, key: str, value, unit: str, noise_kind: s
             "value": float(value) if value is not None else math.nan, "text_value": text_value,
             "unit": unit, "low": float(low), "high": float(high), "noise_kind": noise_kind,
             "timing": timing, "higher_is_better": higher_is_better, "source": source}
-
-
-def _range(low, high, reps) -> dict:
-    """low/high of a rep range, or NaN when too few reruns were kept for the range to mean anything."""
-    if reps is None or _is_nan(reps) or int(reps) < MIN_REPS_FOR_RANGE:
-        return {"low": math.nan, "high": math.nan}
-    return {"low": low, "high": high}
-
-
-def _key(record: dict, *parts: str, fmt: Callable[[dict], str] | None = None) -> str:
-    """The row key from the named columns; an `engine` column, when present, is part of it."""
-    text = fmt(record) if fmt else " ".join(str(record[p]) for p in parts)
-    engine = record.get("engine")
-    return f"{text} [{engine}]" if engine is not None and not _is_nan(engine) else text
 
 
 def _is_nan(value) -> bool:
@@ -102,148 +84,47 @@ def _records(df: pd.DataFrame | None) -> list[dict]:
     return [] if df is None or df.empty else df.to_dict("records")
 
 
-def _spec_group(record: dict) -> str:
-    return f"{record['draft']} k={int(record['k'])}"
+def _bounds(metric: Metric, record: dict, value) -> dict:
+    """low/high: a column range (NaN when too few reruns were kept for it to mean anything) or ± a spread."""
+    if metric.spread:
+        return {"low": value - record[metric.spread], "high": value + record[metric.spread]}
+    if not metric.bounds:
+        return {}
+    reps = record.get(metric.reps) if metric.reps else MIN_REPS_FOR_RANGE
+    if reps is None or _is_nan(reps) or int(reps) < MIN_REPS_FOR_RANGE:
+        return {}
+    return {"low": record.get(metric.bounds[0], math.nan), "high": record.get(metric.bounds[1], math.nan)}
 
 
-# ----------------------------------------------------------------------------- KV cache, roofline
-
-
-def kv_summary_rows(summary: pd.DataFrame | None) -> list[dict]:
-    """Per length: the no-cache/cache speed ratio; per (length, mode): ms/token. Both with rep ranges."""
+def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[dict]:
+    """A spec's metric, one row per table row (see inferlab.spec.Metric)."""
     rows, seen = [], set()
-    for r in _records(summary):
-        length_key = _key(r, "length")
-        if length_key not in seen:  # the ratio repeats on both mode rows of a length
-            seen.add(length_key)
-            rows.append(_row("kvcache", "speed_ratio", length_key, r["speed_ratio"], "x", REP_RANGE,
-                             **_range(r["speed_ratio_min"], r["speed_ratio_max"], r.get("reps")), timing=True,
-                             higher_is_better=True))
-        rows.append(_row("kvcache", "ms_per_token", _key(r, fmt=lambda x: f"{x['length']} {x['mode']}"),
-                         r["ms_per_token_median"], "ms/token", REP_RANGE,
-                         **_range(r["ms_per_token_min"], r["ms_per_token_max"], r.get("reps")), timing=True,
-                         higher_is_better=False))
+    for record in _records(table):
+        if metric.where and record.get(metric.where[0]) != metric.where[1]:
+            continue
+        value = record.get(metric.column) if metric.column else None
+        if metric.skip_missing and metric.column and (value is None or _is_nan(value)):
+            continue
+        try:
+            text = metric.text.format(**record) if metric.text else None
+        except KeyError:
+            if metric.skip_missing:
+                continue
+            raise
+        key = metric.key.format(**record)
+        engine = record.get("engine")
+        if engine is not None and not _is_nan(engine):
+            key, text = (f"{key} [{engine}]", text) if metric.by_engine else (key, text and f"{text} [{engine}]")
+        name = metric.name.format(**record)
+        if metric.once_per_key and (name, key) in seen:
+            continue
+        seen.add((name, key))
+        direction = metric.higher_is_better
+        rows.append(_row(metric.experiment or spec.name, name, key, value, metric.unit, metric.noise,
+                         **_bounds(metric, record, value), timing=metric.timing, text_value=text,
+                         higher_is_better=direction.get(name) if isinstance(direction, Mapping) else direction,
+                         source=metric.table))
     return rows
-
-
-def kv_fit_rows(fit: pd.DataFrame | None) -> list[dict]:
-    """The fit t(n) = a + b n of the uncached step, once per engine (the fit table repeats it on every
-    length's row), and the ratio it predicts per length; fitted from timings, no spread kept."""
-    rows, seen = [], set()
-    for r in _records(fit):
-        fit_key = _key(r, fmt=lambda _: "uncached step")
-        if fit_key not in seen:
-            seen.add(fit_key)
-            rows.append(_row("kvcache", "fit_a_ms", fit_key, r["a_ms"], "ms", REP_RANGE, timing=True))
-            rows.append(_row("kvcache", "fit_b_ms_per_position", fit_key, r["b_ms_per_position"], "ms/position",
-                             REP_RANGE, timing=True))
-        rows.append(_row("kvcache", "predicted_ratio", _key(r, "length"), r["predicted_ratio"], "x", REP_RANGE,
-                         timing=True, higher_is_better=True))
-    return rows
-
-
-def roofline_rows(roofline: pd.DataFrame | None) -> list[dict]:
-    """Our bound (from probed rates, so a timing) against the measured ms/token; the anchor's bound is exact."""
-    rows = []
-    for r in _records(roofline):
-        if r.get("subject") == "ours":
-            key = _key(r, "model")
-            rows.append(_row("roofline", "lower_bound_ms_per_token", key, r["lower_bound_ms_per_token"],
-                             "ms/token", REP_RANGE, timing=True, higher_is_better=False))
-            rows.append(_row("roofline", "measured_over_bound", key, r["measured_over_bound"], "x", REP_RANGE,
-                             timing=True, higher_is_better=False))
-        else:
-            key = _key(r, fmt=lambda x: f"{x['model']} ctx={int(x['context_tokens'])}")
-            rows.append(_row("roofline", "lower_bound_ms_per_token", key, r["lower_bound_ms_per_token"],
-                             "ms/token", EXACT, higher_is_better=False))
-    return rows
-
-
-# ------------------------------------------------------------------------------------------ sampling
-
-
-def sp_distribution_rows(distribution: pd.DataFrame | None) -> list[dict]:
-    """Next-token entropy and tokens kept per grid cell: closed forms of the logits, exact."""
-    rows = []
-    for r in _records(distribution):
-        key = _key(r, "cell")
-        rows.append(_row("sampling", "entropy_bits", key, r["entropy_bits"], "bits", EXACT))
-        rows.append(_row("sampling", "kept", key, r["kept"], "tokens", EXACT))
-    return rows
-
-
-def sp_repetition_rows(repetition: pd.DataFrame | None) -> list[dict]:
-    """Every (cell, metric) of the long-format summary with its bootstrap CI; new metrics and rows included."""
-    return [_row("sampling", str(r["metric"]), _key(r, "cell"), r["mean"], "", BOOTSTRAP_CI,
-                 low=r["ci_low"], high=r["ci_high"], higher_is_better=REPETITION_DIRECTION.get(str(r["metric"])))
-            for r in _records(repetition)]
-
-
-def sp_default_rows(default: pd.DataFrame | None) -> list[dict]:
-    rows = []
-    for r in _records(default):
-        rows.append(_row("sampling", "default_cell", "chosen", None, "", EXACT, text_value=str(r["cell"])))
-        if "min_p_decision" in r:
-            rows.append(_row("sampling", "min_p_decision", "chosen", None, "", EXACT,
-                             text_value=str(r["min_p_decision"])))
-    return rows
-
-
-# --------------------------------------------------------------------------------------- speculative
-
-# Counter-derived numbers repeat exactly under the same seeds; the rest come from forward timings.
-SPEC_EXACT = {"alpha": ("", True), "tokens_per_target_forward": ("tokens/forward", True),
-              "formula_tokens_per_target_forward": ("tokens/forward", True),
-              "speedup_theory_params": ("x", True)}
-SPEC_TIMED = {"speedup_theory_time": "x", "speedup_forward_model": "x", "speedup_at_bound": "x"}
-
-
-def spec_summary_rows(summary: pd.DataFrame | None) -> list[dict]:
-    rows = []
-    for r in _records(summary):
-        key = _key(r, fmt=_spec_group)
-        for metric, (unit, higher) in SPEC_EXACT.items():
-            rows.append(_row("speculative", metric, key, r[metric], unit, EXACT, higher_is_better=higher))
-        for metric, unit in SPEC_TIMED.items():
-            rows.append(_row("speculative", metric, key, r[metric], unit, REP_RANGE, timing=True,
-                             higher_is_better=True))
-        rows.append(_row("speculative", "wall_speedup", key, r["wall_speedup"], "x", REP_RANGE,
-                         **_range(r.get("wall_speedup_min", math.nan), r.get("wall_speedup_max", math.nan),
-                                  r.get("timing_reps")), timing=True, higher_is_better=True))
-    return rows
-
-
-def spec_best_rows(best: pd.DataFrame | None) -> list[dict]:
-    """The recommended (draft, k): the text is the group, the value the criterion's."""
-    return [_row("speculative", "chosen_group", str(r["column"]), r["value"], "", REP_RANGE, timing=True,
-                 text_value=_key(r, fmt=_spec_group))
-            for r in _records(best) if r["criterion"] == "chosen"]
-
-
-# ---------------------------------------------------------------------------------------- quantization
-
-
-def quant_summary_rows(summary: pd.DataFrame | None) -> list[dict]:
-    """Per scheme: Δloss against the floor; KL, top-1 agreement and effective bits are deterministic."""
-    rows = []
-    for r in _records(summary):
-        key, floor = _key(r, "scheme"), float(r["noise_floor"])
-        rows.append(_row("quant", "delta_loss", key, r["delta_loss"], "nats", NOISE_FLOOR,
-                         low=r["delta_loss"] - floor, high=r["delta_loss"] + floor, higher_is_better=False))
-        rows.append(_row("quant", "kl_mean_nats", key, r["kl_mean_nats"], "nats/token", EXACT,
-                         higher_is_better=False))
-        rows.append(_row("quant", "top1_agreement", key, r["top1_agreement"], "", EXACT, higher_is_better=True))
-        rows.append(_row("quant", "effective_bits_per_weight", key, r["effective_bits_per_weight"], "bits",
-                         EXACT, higher_is_better=False))
-        if not _is_nan(r.get("speedup_vs_fp32", math.nan)):
-            rows.append(_row("quant", "speedup_vs_fp32", key, r["speedup_vs_fp32"], "x", REP_RANGE, timing=True,
-                             higher_is_better=True))
-    return rows
-
-
-def quant_choice_rows(choice: pd.DataFrame | None) -> list[dict]:
-    return [_row("quant", "chosen_scheme", "chosen", r["bits"], "bits", EXACT, text_value=str(r["scheme"]))
-            for r in _records(choice)]
 
 
 # ------------------------------------------------------------------------------------- models, noise
@@ -281,15 +162,6 @@ def probe_calibration(probes: pd.DataFrame | None) -> dict[str, float]:
     return {k: float(v) for k, v in rates.items() if not _is_nan(float(v))}
 
 
-# One builder per report table key (REPORT_TABLES in workflow/rules/report.smk).
-TABLE_ROWS: dict[str, Callable[[pd.DataFrame | None], list[dict]]] = {
-    "kv_summary": kv_summary_rows, "kv_fit": kv_fit_rows, "roofline": roofline_rows,
-    "sp_distribution": sp_distribution_rows, "sp_repetition": sp_repetition_rows, "sp_default": sp_default_rows,
-    "spec_summary": spec_summary_rows, "spec_best": spec_best_rows,
-    "quant_summary": quant_summary_rows, "quant_choice": quant_choice_rows,
-}
-
-
 def flat_stamps(stamps: dict) -> dict:
     """STAMP_COLUMNS from a flat dict or a milestone-style one ({"model": {...}, "machine": {...}, ...})."""
     flat = {k: v for k, v in stamps.items() if not isinstance(v, dict)}
@@ -323,7 +195,8 @@ def metrics_table(tables: dict[str, pd.DataFrame | None], milestones: pd.DataFra
     3. each milestone's status;
     4. the stamps as flat columns on every row, and this run's probe rates (the calibration).
     """
-    rows = [{**row, "source": key} for key, build in TABLE_ROWS.items() for row in build(tables.get(key))]
+    rows = [row for spec in experiments.SPECS for metric in spec.metrics
+            for row in metric_rows(spec, metric, tables.get(metric.table))]
     rows += model_rows(tables.get("noise_floor"), metas)
     rows += milestone_rows(milestones)
     table = pd.DataFrame(_stamped(rows, stamps), columns=[*COLUMNS, *STAMP_COLUMNS])

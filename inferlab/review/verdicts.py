@@ -220,8 +220,9 @@ def _causes(merged: pd.DataFrame, old_record: dict | None, new_record: dict | No
 
 def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None = None,
                  new_record: dict | None = None) -> pd.DataFrame:
-    """One row per metric in either run: old, new, delta, delta_pct, verdict, cause_kind, causes (the
-    records, inferlab.review.attribution) and cause (their text); unexplained changes first, then flips.
+    """One row per metric in either run: old, new, delta, delta_pct, verdict, fingerprint_old/_new (its
+    machines), cause_kind, causes (the records, inferlab.review.attribution) and cause (their text);
+    unexplained changes first, then flips.
 
     old_record, new_record: the runs' causes records (inferlab.review.lineage_graph); without them the
     causes come from the metrics' own machine stamps only.
@@ -246,6 +247,9 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
     out["noise_kind"] = merged["noise_kind_new"].fillna(merged["noise_kind_old"])
     out["timing"] = merged["timing_new"].fillna(merged["timing_old"]).astype(bool)
     out["verdict"] = merged["verdict"]
+    # the machines each number was measured on: what the report names when timings cannot be compared
+    out["fingerprint_old"] = merged.get("machine_fingerprint_old")
+    out["fingerprint_new"] = merged.get("machine_fingerprint_new")
     out["deterministic_differs"] = [side == "both" and _differs(row)
                                     for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
     causes = _causes(merged, old_record, new_record)

@@ -1,43 +1,19 @@
 # The report: milestones M1-M4, the HTML/Markdown report with figures, the data exports and
 # the offline sampling workbench. It takes every experiment's final tables by name, from the
-# rules that write them; a table the rule does not pass shows as "missing", and one it passes
-# that cannot be read fails the job with the rule to rerun.
+# rules their specs name (inferlab/<experiment>/spec.py); a table the rule does not pass shows
+# as "missing", and one it passes that cannot be read fails the job with the rule to rerun.
 
-from inferlab.report.catalog import FIGURE_CATALOG
+from inferlab.experiments import FIGURES, REFERENCE_TABLES, RULE_TABLES
 
-# The report's key -> (rule, output). The key is the name inferlab/report reads the table by.
-REPORT_TABLES = {
-    "kv_timings": ("kvcache_summary", "timings"),
-    "kv_summary": ("kvcache_summary", "summary"),
-    "kv_fit": ("kvcache_summary", "fit"),
-    "kv_steps": ("kvcache_steps", "steps"),
-    "kv_profile": ("kvcache_steps", "profile"),
-    "roofline_probe": ("roofline_probe", 0),
-    "roofline": ("roofline", 0),
-    "sp_logits": ("sampling_distribution", "logits"),
-    "sp_distribution": ("sampling_distribution", "table"),
-    "sp_repetition": ("sampling_repetition", "summary"),
-    "sp_samples": ("sampling_repetition", "examples"),
-    "sp_default": ("sampling_default", "default"),
-    "sp_distance": ("sampling_default", "distances"),
-    "spec_summary": ("speculative_summary", "summary"),
-    "spec_best": ("speculative_summary", "best"),
-    "spec_identity": ("speculative_summary", "greedy"),
-    "quant_summary": ("quant_summary", "summary"),
-    "quant_choice": ("quant_summary", "choice"),
-    "noise_floor": ("noise_floor", 0),
-    "corpus_stats": ("prepare_corpus", "stats"),
-}
-
-# Measured outside the DAG, on a quiet machine, and committed (tools/bench_engine.py --out ...):
-# Experiment 1 quotes it with its own machine stamp; the report runs without it.
-ENGINE_BENCH = "reports/reference/engine-bench.parquet"
+# Measured outside the DAG, on a quiet machine, and committed: Experiment 1 quotes it with its own
+# machine stamp; the report runs without it.
+ENGINE_BENCH = REFERENCE_TABLES["engine_bench"].output
 ENGINE_BENCH_COMMAND = f".venv/bin/python tools/bench_engine.py --out {ENGINE_BENCH}"
 
 
 rule report:
     input:
-        **{key: rule_output(rule, output) for key, (rule, output) in REPORT_TABLES.items()},
+        **{key: rule_output(table.rule, table.output) for key, table in RULE_TABLES.items()},
         metas=[checkpoint(name)["meta"] for name in MODELS],
         curves=[f"{checkpoint_dir(name)}/loss_curve.parquet" for name in MODELS],
         seed_reference="config/seed-reference.json",
@@ -53,12 +29,12 @@ rule report:
         metrics="results/metrics.parquet",   # headline numbers with their noise: what inferlab.review.diff compares
         bundle="reports/c13-bundle.zip",   # the reviewer bundle; verify with sha256sum -c MANIFEST.sha256
         figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
-                 for stem, fig in FIGURE_CATALOG.items()],
+                 for stem, fig in FIGURES.items()],
     params:
         code_sha256=code_hash("report_build"),
         models=MODELS,
         target=TARGET,
-        producers={key: rule for key, (rule, _) in REPORT_TABLES.items()},
+        producers={key: table.rule for key, table in RULE_TABLES.items()},
         engine_bench_command=ENGINE_BENCH_COMMAND,
         # the settings the milestone checks need (expected grid cells, repeat counts)
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from inferlab.experiments import MILESTONES
 from inferlab.report.inputs import ReportInputs
-from inferlab.review.milestone_map import MILESTONE_INPUTS
 
 PASS, FAIL, MISSING = "pass", "fail", "missing"
 # The order engines are shown in: the seed-faithful eager engine first, then the compiled one.
@@ -142,8 +142,8 @@ def timing(data: ReportInputs, stamps: dict, *keys: str) -> Timing:
 
 
 def missing_milestone(data: ReportInputs, milestone: str, title: str, stamps: dict) -> Milestone | None:
-    """The milestone as "missing" when any table it requires (MILESTONE_INPUTS) is absent; else None."""
-    missing = data.missing(*MILESTONE_INPUTS[milestone].required)
+    """The milestone as "missing" when any table its spec requires is absent; else None."""
+    missing = data.missing(*MILESTONES[milestone].required)
     if not missing:
         return None
     return Milestone(milestone, title, MISSING, stamps=stamps, missing_inputs=missing)

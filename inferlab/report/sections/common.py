@@ -5,27 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from inferlab.experiments import TABLES
 from inferlab.report import narrative
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
-
-# The report's key -> what the table holds, the title of its appendix entry.
-INPUT_TITLES = {
-    "kv_timings": "KV cache: every timed generation", "kv_summary": "KV cache: timings per engine, length and mode",
-    "kv_fit": "KV cache: fit of the step time a + b·positions", "kv_steps": "KV cache: step-time probes",
-    "kv_profile": "KV cache: torch.profiler operators", "roofline_probe": "Roofline: this machine's probe",
-    "roofline": "Roofline: anchor and our model", "sp_distribution": "Sampling: next-token distribution per cell",
-    "sp_repetition": "Sampling: repetition metrics per cell (long form)",
-    "sp_samples": "Sampling: example texts", "sp_default": "Sampling: the default and the min-p decision",
-    "sp_distance": "Sampling: distance of each cell to held-out human text",
-    "spec_summary": "Speculative: every (engine, draft, k) group", "spec_best": "Speculative: best group per criterion",
-    "spec_identity": "Speculative: greedy identity per case", "quant_summary": "Quantization: every scheme",
-    "quant_choice": "Quantization: the choice rule", "noise_floor": "Noise floor: reruns that differ only in seed",
-    "corpus_stats": "Corpus statistics",
-    "engine_bench": "Engine variants: ms per cached forward by model, rows and variant (tools/bench_engine.py, "
-                    "not this run)",
-}
 
 
 def status_table(milestones: list[Milestone]) -> pd.DataFrame:
@@ -53,15 +37,19 @@ def input_slug(key: str) -> str:
     return f"input-{key}"
 
 
+def _title(key: str) -> str:
+    return TABLES[key].title if key in TABLES else key
+
+
 def appendix_of_inputs(doc: Document, data: ReportInputs) -> None:
     """Every table the report read, complete, under its file name."""
     for key, df in data.tables.items():
         if df is not None:
             source = data.paths.get(key, key)
-            doc.full_table(input_slug(key), f"{INPUT_TITLES.get(key, key)} ({source})", df)
+            doc.full_table(input_slug(key), f"{_title(key)} ({source})", df)
     stats = data.json.get("corpus_stats")
     if stats:
-        doc.full_table(input_slug("corpus_stats"), f"{INPUT_TITLES['corpus_stats']} "
+        doc.full_table(input_slug("corpus_stats"), f"{_title('corpus_stats')} "
                        f"({data.paths.get('corpus_stats', 'corpus_stats')})",
                        pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in stats.items()]))
 

@@ -1,0 +1,93 @@
+"""How an experiment describes itself to the report and the review, once.
+
+Each experiment's subpackage declares one `Spec` (for example `inferlab/kvcache/spec.py`): the
+tables it produces and the rule that writes each, the headline metrics with their unit, noise and
+direction, the display names of its columns, its export block, its figures and its milestone's
+inputs. `inferlab/experiments.py` gathers them; the report rule, the milestones, the metrics
+table, the exports, the appendix and the diff read only that.
+
+Torch-free and import-free, so the report rule can read it at parse time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# How a metric's uncertainty was measured (the columns low/high of results/metrics.parquet):
+NOISE_FLOOR = "noise_floor"  # a loss; low/high = value -/+ the training-noise floor
+BOOTSTRAP_CI = "bootstrap_ci"  # a rate over samples; low/high = the 95% bootstrap CI of the mean
+REP_RANGE = "rep_range"  # a timing; low/high = min/max over the reruns
+EXACT = "exact"  # a deterministic number: any difference is real
+# How a reader names each noise kind (the report's changes tables).
+NOISE_WORDS = {NOISE_FLOOR: "± noise floor", BOOTSTRAP_CI: "95% bootstrap CI", REP_RANGE: "min–max over reruns",
+               EXACT: "exact"}
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str  # the name the report reads it by
+    rule: str  # the rule that writes it ...
+    output: str | int  # ... as this output of the rule
+    title: str  # what it holds: the title of its appendix entry
+
+
+@dataclass(frozen=True)
+class Metric:
+    """Rows of results/metrics.parquet read from one column of one table, one row per table row.
+
+    `key` and `text` are format strings over the row's columns ("{draft} k={k:.0f}"); a row with an
+    `engine` gets " [engine]" appended to both (`by_engine=False`: to the text only). `name` may be
+    "{metric}" for a long table.
+    """
+
+    name: str
+    table: str
+    column: str | None  # the value; None for a metric that is only text
+    key: str
+    unit: str = ""
+    noise: str = EXACT
+    higher_is_better: bool | Mapping[str, bool] | None = None  # a mapping: by metric name (long tables)
+    timing: bool = False
+    bounds: tuple[str, str] | None = None  # the low and high columns of a range
+    spread: str | None = None  # a column holding the ± around the value (the noise floor)
+    reps: str | None = None  # the rerun count a range needs to mean something
+    where: tuple[str, object] | None = None  # only the rows whose column equals this value
+    text: str | None = None  # text_value, a format like key
+    once_per_key: bool = False  # the table repeats the value on several rows of one key
+    by_engine: bool = True  # the key names the row's engine (else the text does)
+    skip_missing: bool = False  # no row where the value is NaN or its column is absent
+    experiment: str | None = None  # the metrics table's experiment, when not the spec's name
+
+
+@dataclass(frozen=True)
+class Figure:
+    title: str
+    category: str  # the section of Snakemake's --report
+
+
+@dataclass(frozen=True)
+class Export:
+    file: str  # "inference" (c13-inference.json) or "precomputed" (precomputed.json)
+    section: str  # its key in that file
+    tables: Mapping[str, str] | str  # name in the section -> table key; a bare key: the section is that table
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str  # the `experiment` of its metrics rows
+    tables: tuple[Table, ...]
+    metrics: tuple[Metric, ...] = ()
+    columns: Mapping[str, str] = field(default_factory=dict)  # column -> display name with unit
+    figures: Mapping[str, Figure] = field(default_factory=dict)  # file stem -> figure
+    exports: tuple[Export, ...] = ()
+    milestone: str | None = None  # "M1": the milestone this experiment's tables decide
+    required: tuple[str, ...] = ()  # without these tables the milestone is "missing"
+    optional: tuple[str, ...] = ()  # read when present (a check degrades without them)
+    reviewed: tuple[str, ...] = ()  # the metric experiments the milestone's card summarises
+    overlay: tuple[str, str] | None = None  # (metric, title): the changes figure's panel of this experiment
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every table the milestone reads."""
+        return self.required + self.optional

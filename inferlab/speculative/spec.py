@@ -1,0 +1,58 @@
+"""Experiment 3, speculative sampling, as the report and the review read them."""
+
+from __future__ import annotations
+
+from inferlab.spec import REP_RANGE, Export, Figure, Metric, Spec, Table
+
+GROUP = "{draft} k={k:.0f}"
+# Counter-derived numbers repeat exactly under the same seeds; the rest come from forward timings.
+_EXACT = (("alpha", ""), ("tokens_per_target_forward", "tokens/forward"),
+          ("formula_tokens_per_target_forward", "tokens/forward"), ("speedup_theory_params", "x"))
+_TIMED = ("speedup_theory_time", "speedup_forward_model", "speedup_at_bound")
+
+SPEC = Spec(
+    name="speculative",
+    tables=(
+        Table("spec_summary", "speculative_summary", "summary", "Speculative: every (engine, draft, k) group"),
+        Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion"),
+        Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case"),
+    ),
+    metrics=(
+        *(Metric(name, "spec_summary", name, GROUP, unit, higher_is_better=True) for name, unit in _EXACT),
+        *(Metric(name, "spec_summary", name, GROUP, "x", REP_RANGE, timing=True, higher_is_better=True)
+          for name in _TIMED),
+        Metric("wall_speedup", "spec_summary", "wall_speedup", GROUP, "x", REP_RANGE, timing=True,
+               higher_is_better=True, bounds=("wall_speedup_min", "wall_speedup_max"), reps="timing_reps"),
+        # the recommended (draft, k): the text is the group, the value the criterion's
+        Metric("chosen_group", "spec_best", "value", "{column}", noise=REP_RANGE, timing=True,
+               where=("criterion", "chosen"), text=GROUP, by_engine=False),
+    ),
+    columns={
+        "draft": "draft model", "k": "k (drafted tokens)", "identical": "identical", "cases": "cases",
+        "alpha": "α (acceptance)", "c_params": "c (params ratio)", "c_time": "c (time ratio)",
+        "accepted": "accepted", "proposed": "proposed", "target_forwards": "target forwards",
+        "tokens_per_target_forward": "tokens/target forward",
+        "formula_tokens_per_target_forward": "tokens/target forward (formula)", "formula_rel_error": "formula error",
+        "speedup_theory_params": "speedup, theory by params (×)", "speedup_theory_time": "speedup, theory by time (×)",
+        "speedup_forward_model": "speedup, forward model (×)",
+        "wall_speedup": "wall-clock speedup (×)", "wall_speedup_min": "wall-clock speedup min (×)",
+        "wall_speedup_max": "wall-clock speedup max (×)", "wall_ms": "wall ms", "overlap_mean": "overlap (mean)",
+        "verify_cost_ratio": "verification cost (steps)", "round_ms": "ms per round",
+        "round_draft_ms": "draft steps (ms/round)", "round_verify_ms": "verification (ms/round)",
+        "round_prefill_ms": "prefill per round (ms)", "round_rest_ms": "rest of a round (ms)",
+        "draft_step_in_round_ms": "draft step in a round (ms)",
+        "wall_speedup_without_prefill": "wall-clock speedup, rounds alone (×)",
+        "c_time_in_round": "c in a round (time ratio)", "drafts_in_one_graph": "drafts as one graph",
+        "speedup_at_bound": "speedup at the roofline (×)", "verify_bound_ratio": "verification at the bound (steps)",
+        "runner_up_draft": "runner-up draft", "runner_up_k": "runner-up k", "runner_up_value": "runner-up value",
+        "chosen_group": "chosen group",
+    },
+    figures={"speculative_yield": Figure("Speculative: yield per round and wall-clock speedup, measured vs formula",
+                                         "3 Speculative")},
+    exports=(Export("precomputed", "speculative", {"summary": "spec_summary", "greedy_identity": "spec_identity",
+                                                   "best": "spec_best"}),),
+    milestone="M3",
+    required=("spec_summary", "spec_identity"),
+    optional=("spec_best",),
+    reviewed=("speculative",),
+)
