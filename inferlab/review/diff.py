@@ -49,16 +49,27 @@ class Changes:
     config_note: str | None = None  # config_note's warning when the two runs' configurations differ
 
 
-def config_of(path: Path) -> str | None:
-    """The config_sha256 a metrics table was made with: a ledger entry's manifest, else the
-    parquet's provenance (results/metrics.parquet and a pinned reference carry it); None if unknown."""
+def _recorded(path: Path, key: str):
+    """What a ledger entry's manifest (an unreadable one raises ledger.UnreadableRecord), else a metrics
+    table's parquet provenance (results/metrics.parquet and a pinned reference carry one), records under key."""
     path = Path(path)
     if path.is_dir():
-        return ledger.read_manifest(path).get("config_sha256")
+        return ledger.read_manifest(path).get(key)
     try:
-        return read_provenance(path).get("config_sha256")
+        return read_provenance(path).get(key)
     except (OSError, ValueError):
         return None
+
+
+def config_of(path: Path) -> str | None:
+    """The config_sha256 a metrics table was made with; None if unknown."""
+    return _recorded(path, "config_sha256")
+
+
+def record_of(path: Path) -> dict | None:
+    """The causes record (inferlab.review.lineage_graph) kept with a ledger entry or a metrics table; None if none."""
+    record = _recorded(path, "causes")
+    return record if isinstance(record, dict) else None
 
 
 # Where the corpus file lives is not what a run computes: its content is in every job's lineage (sha256),
@@ -86,16 +97,6 @@ def config_note(old_config: str | None, new_config: str | None, old_record: dict
         what = f"config sha256 {old_config[:12]} → {new_config[:12]}"
     return (f"The two runs used different configurations ({what}): differences below mix the configuration's "
             "effect with the code's.")
-
-
-def record_of(path: Path) -> dict | None:
-    """The causes record (inferlab.review.lineage_graph) kept with a ledger entry or a metrics table; None if none."""
-    path = Path(path)
-    try:
-        record = ledger.read_manifest(path).get("causes") if path.is_dir() else read_provenance(path).get("causes")
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def runs_machine_text(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
@@ -228,12 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     changes = compare(old_path, old_table, new_table, record_of(new_path), _label(new_path), config_of(new_path),
                       show_all=args.all)
-    diff, markdown = changes.table, changes.markdown
-    diff = diff.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
-    print(markdown)
+    diff = changes.table.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
+    print(changes.markdown)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown, encoding="utf-8")
+        args.markdown.write_text(changes.markdown, encoding="utf-8")
     if args.table:
         if args.table.suffix == ".csv":
             diff.to_csv(args.table, index=False)

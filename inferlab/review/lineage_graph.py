@@ -3,15 +3,11 @@
 Every table (Parquet provenance) and checkpoint meta.json records `lineage` (inferlab.jobs.lineage.job_lineage):
 the rule, its code_sha256, config_sha256, settings and the sha256 of each file it read. The report's chain
 check (lineage_table), the record a run keeps for a later diff (causes_record) and the diff's causes
-(inferlab.review.attribution) are queries on that graph. The chain check: an input is
-  - "current" when its recorded code hash equals the producing rule's current one and every
-    recorded input file that is still on disk has the recorded content;
-  - "stale" when either differs, or when an input it read is itself stale, however far upstream
-    (a summary reads no quantisation code, yet a `--touch`ed scheme table made by old quantisation
-    code makes it stale): a file that was `--touch`ed after a code change, copied in by hand, or
-    produced by an older checkout; also when its model stamp names another checkpoint;
-  - "no lineage" when it records none (written before lineage existed, or by hand).
-A milestone with a stale input is `stale`, never `pass`.
+(inferlab.review.attribution) are queries on that graph. The chain check calls an input "stale" when its
+recorded code hash is not the producing rule's current one, an input it read that is still on disk has
+other content, or such an input is itself stale, however far upstream (a `--touch`ed table made by old
+code, a file copied in by hand); also when its model stamp names another checkpoint. A milestone with a
+stale input is `stale`, never `pass`.
 
 The causes record, kept in the ledger entry and in results/metrics.parquet, is the graph with what explains it:
 
@@ -25,8 +21,8 @@ The causes record, kept in the ledger entry and in results/metrics.parquet, is t
      "versions": {"python", "torch", "numpy"}}
 
 A rule's modules are read from the checkout only when their hash reproduces the code_sha256 the
-tables recorded; otherwise the rule records `"modules": null` (the code that made the numbers is
-no longer on disk, so it cannot be named module by module).
+tables recorded; otherwise the rule records `"modules": null`: the code that made the numbers is
+no longer on disk.
 """
 
 from __future__ import annotations
@@ -53,28 +49,23 @@ def lineage_key(path: str) -> str:
     return str(PurePosixPath(path).with_name(META_FILE)) if path.endswith(WEIGHTS_FILE) else path
 
 
-def recorded_provenance(path: Path) -> dict | None:
-    """The provenance a file records: a table's parquet metadata or a JSON file's top level (a
-    checkpoint's meta.json). None for a file that records none (the corpus) or is absent."""
+def _job(file: Path) -> dict | None:
+    """The graph's node for one file: the job that wrote it, as its provenance (a table's parquet
+    metadata, a checkpoint's meta.json) records it; None without lineage (the corpus) or file."""
     try:
-        recorded = (read_provenance(path) if path.suffix == ".parquet" else
-                    json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None)
+        recorded = (read_provenance(file) if file.suffix == ".parquet" else
+                    json.loads(file.read_text(encoding="utf-8")) if file.suffix == ".json" else None)
     except (OSError, ValueError):
         return None
-    return recorded if isinstance(recorded, dict) else None
-
-
-def job_of(provenance: Mapping | None) -> dict | None:
-    """The graph's node for one file: the job that wrote it, as its provenance records it; None without lineage."""
-    lineage = (provenance or {}).get("lineage")
+    lineage = recorded.get("lineage") if isinstance(recorded, dict) else None
     if not isinstance(lineage, Mapping):
         return None
-    machine = provenance.get("machine")
+    machine = recorded.get("machine")
     return {"rule": lineage.get("rule"), "code_sha256": lineage.get("code_sha256"),
             "config_sha256": lineage.get("config_sha256"), "settings": lineage.get("settings"),
             "inputs_sha256": dict(lineage.get("inputs_sha256") or {}),
             "machine": dict(machine) if isinstance(machine, Mapping) else None,
-            "weights_sha256": provenance.get("weights_sha256")}  # a checkpoint's meta.json only
+            "weights_sha256": recorded.get("weights_sha256")}  # a checkpoint's meta.json only
 
 
 class LineageGraph:
@@ -90,10 +81,8 @@ class LineageGraph:
         pending, seen = [lineage_key(p) for p in paths], set()
         while pending:
             path = pending.pop()
-            if path in seen:
-                continue
+            job = _job(Path(workdir) / path) if path not in seen else None
             seen.add(path)
-            job = job_of(recorded_provenance(Path(workdir) / path))
             if job is not None:
                 files[path] = job
                 pending.extend(lineage_key(p) for p in job["inputs_sha256"])
