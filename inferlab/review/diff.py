@@ -132,11 +132,8 @@ def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: di
 def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
                   reference: Path = DEFAULT_REFERENCE, new_config: str | None = None,
                   new_record: dict | None = None) -> Changes:
-    """The diff of this run's table against the latest ledger entry, else the pinned reference.
-
-    Call it before this run is appended to the ledger (the report must show the diff, and the
-    ledger records the report's hashes, so the append comes last).
-    """
+    """The diff of this run's table against the latest ledger entry, else the pinned reference. Call it
+    before this run is appended to the ledger (which records the report's hashes, so it comes last)."""
     try:
         old_path = default_old(None, new, Path(history), Path(reference))
         old = load(old_path)
@@ -176,11 +173,8 @@ def default_new(history: Path) -> Path:
 
 
 def default_old(new_path: Path | None, new_table: pd.DataFrame, history: Path, reference: Path) -> Path:
-    """The ledger entry before NEW, else the pinned reference.
-
-    new_path: NEW's file or ledger entry; None for a run not yet in the ledger. When NEW is a
-    file whose content equals the latest entry's, that entry is NEW itself and is skipped.
-    """
+    """The ledger entry before NEW (new_path; None for a run not yet in the ledger), else the pinned
+    reference. When NEW is a file whose content equals the latest entry's, that entry is NEW itself."""
     if new_path is not None and new_path.is_dir() and new_path.parent.resolve() == history.resolve():
         previous = ledger.previous_run(history, before=new_path.name)
     else:
@@ -231,17 +225,14 @@ def main(argv: list[str] | None = None) -> int:
                       show_all=args.all)
     diff = changes.table.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
     print(changes.markdown)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(changes.markdown, encoding="utf-8")
-    if args.table:
-        if args.table.suffix == ".csv":
-            diff.to_csv(args.table, index=False)
-        else:
-            write_table(diff, args.table)
-    if args.figure:
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        args.figure.write_bytes(changes.figure_png)
+    for path, content in ((args.markdown, changes.markdown.encode("utf-8")), (args.figure, changes.figure_png)):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    if args.table and args.table.suffix == ".csv":
+        diff.to_csv(args.table, index=False)
+    elif args.table:
+        write_table(diff, args.table)
     return 0
 
 

@@ -82,12 +82,11 @@ def cause_lines(causes: tuple[Cause, ...], machine: str | None = None) -> tuple[
     return lines[0], lines[1:]
 
 
-def brief_cause(causes: tuple[Cause, ...], machine: str | None = None, limit: int = CARD_CAUSE_CHARS,
-                with_more: bool = True) -> str:
-    """A metric's causes as a milestone card shows them: the nearest cause, cut to `limit` characters,
+def brief_cause(causes: tuple[Cause, ...], machine: str | None = None, with_more: bool = True) -> str:
+    """A metric's causes as a milestone card shows them: the nearest cause, cut to CARD_CAUSE_CHARS,
     and (with_more) how many further causes the "Changes since …" section below lists."""
     heading, also = cause_lines(causes, machine)
-    text = heading if len(heading) <= limit else heading[:limit - 1].rstrip() + "…"
+    text = heading if len(heading) <= CARD_CAUSE_CHARS else heading[:CARD_CAUSE_CHARS - 1].rstrip() + "…"
     more = f" (+{len(also)} more cause{'s' if len(also) > 1 else ''} below)" if also and with_more else ""
     return text + more
 

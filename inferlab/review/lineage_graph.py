@@ -117,13 +117,10 @@ def rule_identities(graph: LineageGraph, scripts: Mapping[str, str], root: Path)
 
 
 def causes_record(sources: Mapping[str, str], scripts: Mapping[str, str], root: str | Path, config: Mapping,
-                  machine: Mapping, calibration: Mapping | None, workdir: str | Path = ".") -> dict:
-    """The record described in the module docstring.
-
-    sources: {report input key: file}; scripts: {rule: its script, relative to root}; root: the checkout
-    holding `inferlab/`; calibration: this run's probe rates (None when it ran no probe).
-    """
-    graph = LineageGraph.read(sources.values(), workdir)
+                  machine: Mapping, calibration: Mapping | None) -> dict:
+    """The record described in the module docstring, read from the working directory. scripts: {rule: its
+    script, relative to root}, the checkout holding `inferlab/`; calibration: None when the run ran no probe."""
+    graph = LineageGraph.read(sources.values())
     return {"format": 1, "sources": {k: str(v) for k, v in sources.items()}, "files": graph.files,
             "rules": rule_identities(graph, scripts, Path(root)),
             "config": json.loads(json.dumps(config, ensure_ascii=False, default=str)),
@@ -161,13 +158,11 @@ def _stale_reason(graph: LineageGraph | None, current_code: Mapping[str, str], w
 def lineage_table(provenance: Mapping[str, Mapping], current_code: Mapping[str, str],
                   workdir: str | Path | None = None, graph: LineageGraph | None = None,
                   metas: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
-    """The chain check: per input its path, producing rule, recorded and current code_sha256, status, reason.
+    """The chain check (COLUMNS), one row per input.
 
-    provenance: {input key or path: its recorded provenance} (a table's or a checkpoint meta.json's).
-    current_code: {rule: current code_sha256}, the report rule's `code_hashes` param.
-    workdir: when given, each recorded input sha256 is compared with that file there (if it exists),
-        and that input's own job is checked the same way, up to the corpus, on `graph` (read from
-        workdir unless the report's causes record already holds it).
+    provenance: {input key or path: its recorded provenance} (a table's or a checkpoint meta.json's);
+    current_code: {rule: current code_sha256}; workdir: when given, each recorded input is checked against
+    the file there (if it exists) and that file's own job in turn, on `graph` (read from workdir unless given);
     metas: {model: its meta.json}; when given, an input whose model stamp names another checkpoint is stale.
     """
     lineages = {key: (recorded or {}).get("lineage") for key, recorded in provenance.items()}
@@ -212,6 +207,4 @@ def stamp_disagreements(provenance: Mapping[str, Mapping], metas: Mapping[str, M
 
 def stale_inputs(table: pd.DataFrame, keys: Iterable[str]) -> list[str]:
     """The inputs among `keys` that the lineage table marks stale (e.g. MILESTONES["M4"].inputs)."""
-    keys = set(keys)
-    stale = table[(table["status"] == STALE) & table["path"].isin(keys)]
-    return stale["path"].tolist()
+    return table.loc[(table["status"] == STALE) & table["path"].isin(set(keys)), "path"].tolist()

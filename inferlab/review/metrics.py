@@ -10,9 +10,7 @@ experiment measured it, so a diff between two runs can tell a real change from a
 - exact:        a deterministic number (counts, seeded results, closed forms); any difference is real.
 
 Timings (`timing` = True) depend on the machine, so the stamps ride along as flat columns.
-The builder reads the tables as their producers write them and skips absent tables. Extra
-columns flow through: an `engine` column joins the key, and every metric of the long-format
-repetition table becomes rows, whatever its name.
+Absent tables are skipped; an `engine` column joins the key.
 """
 
 from __future__ import annotations

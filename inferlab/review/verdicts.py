@@ -152,10 +152,6 @@ def _differs(row: pd.Series) -> bool:
     return not identical(old, new, row["noise_kind_new"])
 
 
-def needs_cause(row: pd.Series, verdict_: str) -> bool:
-    return verdict_ in (FLIPPED, CHANGED, NOT_COMPARABLE) or (verdict_ not in (ADDED, REMOVED) and _differs(row))
-
-
 # A milestone turns stale when the code (or an input) its tables were made with is no longer the
 # checkout's. That is the cause whatever the comparison of its tables finds: the tables may be the very
 # same files, and two runs' files differ in their stamps (times, load) even when every value agrees.
@@ -200,12 +196,8 @@ def explain(row: pd.Series, comparison: Comparison | None, old_record: dict | No
 def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None = None,
                  new_record: dict | None = None) -> pd.DataFrame:
     """One row per metric in either run: old, new, delta, delta_pct, verdict, fingerprint_old/_new (its
-    machines), cause_kind, causes (the records, inferlab.review.attribution) and cause (their text);
-    unexplained changes first, then flips.
-
-    old_record, new_record: the runs' causes records (inferlab.review.lineage_graph); without them the
-    causes come from the metrics' own machine stamps only.
-    """
+    machines), cause_kind, causes (the records) and cause (their text); unexplained changes first, then
+    flips. Without the runs' causes records the causes come from the metrics' own machine stamps only."""
     for side, table in (("old", old), ("new", new)):
         duplicated = table.duplicated(ID_COLUMNS)
         if duplicated.any():
@@ -218,7 +210,8 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
     judged = [ADDED if side == "right_only" else REMOVED if side == "left_only" else verdict(row)
               for side, row in rows]
     comparison = Comparison(old_record, new_record) if old_record and new_record else None
-    causes = [explain(row, comparison, old_record, new_record) if needs_cause(row, v) else []
+    causes = [explain(row, comparison, old_record, new_record)
+              if v in (FLIPPED, CHANGED, NOT_COMPARABLE) or (v not in (ADDED, REMOVED) and _differs(row)) else []
               for v, (_, row) in zip(judged, rows, strict=True)]
     out = merged[ID_COLUMNS].copy()
     out["unit"] = merged["unit_new"].fillna(merged["unit_old"])
