@@ -169,9 +169,8 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
     cause, the rest as counts."""
     lines = {}
     for milestone, spec in MILESTONES.items():
-        experiments = spec.reviewed
         status = diff[(diff.experiment == "milestones") & (diff.key == milestone)]
-        rows = diff[diff.experiment.isin(experiments)]
+        rows = diff[diff.experiment.isin(spec.reviewed)]
         parts = []
         if not status.empty and status.iloc[0].verdict == FLIPPED:
             parts.append(f"flipped {status.iloc[0].old_text} → {status.iloc[0].new_text}")

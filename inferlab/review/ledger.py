@@ -71,10 +71,8 @@ def append_run(history_dir: str | Path, metrics_df: pd.DataFrame, manifest: dict
 
 
 class UnreadableRecord(ValueError):
-    """A ledger entry, pinned reference or metrics table that exists but cannot be read.
-
-    These are comparison material: the report names the file and goes on without the comparison.
-    """
+    """A ledger entry, pinned reference or metrics table that exists but cannot be read: comparison
+    material, so the report names the file and goes on without the comparison."""
 
 
 def read_manifest(run_dir: str | Path) -> dict:
