@@ -11,7 +11,7 @@ import pandas as pd
 
 from inferlab.experiments import MILESTONES
 from inferlab.review.attribution import CAUSE_ORDER, MACHINE, UNEXPLAINED, Cause, render
-from inferlab.review.metrics import IDENTICAL_RTOL
+from inferlab.review.metrics import IDENTICAL_RTOL, missing
 from inferlab.review.numbers import fmt
 from inferlab.review.verdicts import (
     ADDED,
@@ -22,7 +22,6 @@ from inferlab.review.verdicts import (
     SHOWN,
     VERDICT_ORDER,
     WITHIN,
-    missing,
     same,
 )
 

@@ -38,17 +38,14 @@ from inferlab.review.attribution import (
 )
 from inferlab.review.lineage_graph import STALE
 from inferlab.review.metrics import (
-    BOOTSTRAP_CI,
     CALIBRATION_COLUMNS,
-    EXACT,
     ID_COLUMNS,
     MACHINE_COLUMNS,
-    NOISE_FLOOR,
-    REP_RANGE,
     identical,
     missing,
     stamp_of_columns,
 )
+from inferlab.spec import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE
 
 FLIPPED, CHANGED, ADDED, REMOVED = "flipped", "changed", "added", "removed"
 NOT_COMPARABLE, NO_NOISE, WITHIN, UNCHANGED = "not comparable", "no noise estimate", "within noise", "unchanged"
