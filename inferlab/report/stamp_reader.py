@@ -13,59 +13,32 @@ import pandas as pd
 from inferlab.report.inputs import ReportInputs
 from inferlab.review.numbers import fmt
 
-MACHINE_KEYS = (
-    "cpu_model",
-    "cpu_cores",
-    "torch_threads",
-    "device",
-    "device_name",
-    "node",
-    "fingerprint",
-    "cpu_kernel_flags",
-    "cpu_caches",
-    "memory_gib",
-    "torch_version",
-    "os",
-    "git_commit",
-    "git_dirty",
-)
+MACHINE_KEYS = ("cpu_model", "cpu_cores", "torch_threads", "device", "device_name", "node", "fingerprint",
+                "cpu_kernel_flags", "cpu_caches", "memory_gib", "torch_version", "os", "git_commit", "git_dirty")
+# The machine stamp's columns in results/milestones.parquet (docs/report.md lists them).
+TABLE_MACHINE_KEYS = ("cpu_model", "cpu_cores", "torch_threads", "device", "device_name", "node", "torch_version",
+                      "os", "git_commit", "git_dirty")
 
 
-def model_stamp_from(data: ReportInputs, key: str | None = None, name: str | None = None) -> dict:
-    """The model stamp: from the table's provenance when it has one, else from the checkpoint meta."""
-    prov = data.provenance.get(key, {}) if key else {}
-    stamp = prov.get("model") if isinstance(prov.get("model"), dict) else None
-    if stamp and "checkpoint_sha256" in stamp:
-        return {
-            "model": stamp.get("model", name),
-            "params": stamp.get("params"),
-            "checkpoint_sha256": stamp.get("checkpoint_sha256"),
-            "val_loss": stamp.get("val_loss"),
-        }
-    name = name or data.target
-    meta = data.metas.get(name)
-    if meta is None:
-        return {"model": name, "params": None, "checkpoint_sha256": None, "val_loss": None}
-    return {
-        "model": name,
-        "params": meta.get("params"),
-        "checkpoint_sha256": meta.get("weights_sha256"),
-        "val_loss": meta.get("val_loss"),
-    }
+def _model_stamp(data: ReportInputs, prov: dict) -> dict:
+    """From the table's provenance when it has one, else from the target checkpoint's meta."""
+    stamp = prov.get("model") if isinstance(prov.get("model"), dict) else {}
+    if "checkpoint_sha256" in stamp:
+        return {k: stamp.get(k) for k in ("model", "params", "checkpoint_sha256", "val_loss")}
+    meta = data.metas.get(data.target) or {}
+    return {"model": data.target, "params": meta.get("params"), "checkpoint_sha256": meta.get("weights_sha256"),
+            "val_loss": meta.get("val_loss")}
 
 
-def machine_stamp_from(data: ReportInputs, key: str | None, fallback: dict | None = None) -> dict:
-    """The machine stamp recorded with the table (where the numbers were measured)."""
-    prov = data.provenance.get(key, {}) if key else {}
+def _machine_stamp(prov: dict, fallback: dict | None) -> dict:
+    """Where the numbers were measured: the table's machine stamp, else the report job's."""
     machine = prov.get("machine") if isinstance(prov.get("machine"), dict) else None
     if machine is None and "cpu_model" in prov:  # tables whose provenance *is* the machine stamp
         machine = prov
-    source = "table provenance"
     if machine is None:
-        machine, source = (fallback or {}), "report job (the table carries no machine stamp)"
-    out = {k: machine.get(k) for k in MACHINE_KEYS}
-    out["source"] = source
-    return out
+        return {**{k: (fallback or {}).get(k) for k in MACHINE_KEYS},
+                "source": "report job (the table carries no machine stamp)"}
+    return {**{k: machine.get(k) for k in MACHINE_KEYS}, "source": "table provenance"}
 
 
 def _count(value) -> str:
@@ -92,41 +65,23 @@ def repeats_in_words(value: dict) -> str:
     return "; ".join(parts)
 
 
-def repeats_from(data: ReportInputs, key: str | None, default: str) -> str:
-    """The table's `repeats` stamp (inferlab.jobs.stamps), with the setup it counts in words."""
-    prov = data.provenance.get(key, {}) if key else {}
-    value = prov.get("repeats")
-    if value in (None, ""):
-        return default
-    if isinstance(value, str):
-        return value
+def _repeats(value, default: str) -> str:
+    if value in (None, "") or isinstance(value, str):
+        return value or default
     if isinstance(value, dict):
         return repeats_in_words(value)
     return f"{value} ({default})" if default != "n/a" else str(value)
 
 
-def baseline_from(data: ReportInputs, key: str | None, default: str) -> str:
+def stamps_for(data: ReportInputs, key: str | None, repeats: str, baseline: str,
+               fallback_machine: dict | None) -> dict:
+    """A milestone's stamps from table `key`'s provenance; `repeats` and `baseline` where it records none."""
     prov = data.provenance.get(key, {}) if key else {}
-    value = prov.get("baseline")
-    if value in (None, ""):
-        return default
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def stamps_for(
-    data: ReportInputs,
-    key: str | None,
-    repeats: str,
-    baseline: str,
-    fallback_machine: dict | None,
-    model: str | None = None,
-) -> dict:
-    return {
-        "model": model_stamp_from(data, key, model),
-        "machine": machine_stamp_from(data, key, fallback_machine),
-        "repeats": repeats_from(data, key, repeats),
-        "baseline": baseline_from(data, key, baseline),
-    }
+    base = prov.get("baseline")
+    return {"model": _model_stamp(data, prov), "machine": _machine_stamp(prov, fallback_machine),
+            "repeats": _repeats(prov.get("repeats"), repeats),
+            "baseline": baseline if base in (None, "") else base if isinstance(base, str)
+            else json.dumps(base, ensure_ascii=False)}
 
 
 def stamp_lines(stamps: dict) -> list[str]:
@@ -155,45 +110,22 @@ def stamp_lines(stamps: dict) -> list[str]:
     return lines
 
 
-# ------------------------------------------------------------------------------------- table
+def _milestone_row(m) -> dict:
+    model, machine = m.stamps.get("model", {}), m.stamps.get("machine", {})
+    return {"milestone": m.id, "title": m.title, "status": m.status, "headline": m.headline, "verdict": m.verdict,
+            "evidence_json": json.dumps(asdict(m.evidence) if is_dataclass(m.evidence) else m.evidence,
+                                        ensure_ascii=False, sort_keys=True, default=str),
+            "problems": "; ".join(m.problems), "missing_inputs": "; ".join(m.missing_inputs),
+            "model": model.get("model"),
+            **{f"model_{k}": model.get(k) for k in ("params", "checkpoint_sha256", "val_loss")},
+            **{f"machine_{k}": machine.get(k) for k in TABLE_MACHINE_KEYS},
+            "machine_stamp_source": machine.get("source"),
+            "repeats": m.stamps.get("repeats"), "baseline": m.stamps.get("baseline")}
 
 
 def milestones_table(milestones: list) -> pd.DataFrame:
     """results/milestones.parquet: one row per milestone, evidence as JSON, stamps as flat columns."""
-    rows = []
-    for m in milestones:
-        model, machine = m.stamps.get("model", {}), m.stamps.get("machine", {})
-        rows.append(
-            {
-                "milestone": m.id,
-                "title": m.title,
-                "status": m.status,
-                "headline": m.headline,
-                "verdict": m.verdict,
-                "evidence_json": json.dumps(asdict(m.evidence) if is_dataclass(m.evidence) else m.evidence,
-                                            ensure_ascii=False, sort_keys=True, default=str),
-                "problems": "; ".join(m.problems),
-                "missing_inputs": "; ".join(m.missing_inputs),
-                "model": model.get("model"),
-                "model_params": model.get("params"),
-                "model_checkpoint_sha256": model.get("checkpoint_sha256"),
-                "model_val_loss": model.get("val_loss"),
-                "machine_cpu_model": machine.get("cpu_model"),
-                "machine_cpu_cores": machine.get("cpu_cores"),
-                "machine_torch_threads": machine.get("torch_threads"),
-                "machine_device": machine.get("device"),
-                "machine_device_name": machine.get("device_name"),
-                "machine_node": machine.get("node"),
-                "machine_torch_version": machine.get("torch_version"),
-                "machine_os": machine.get("os"),
-                "machine_git_commit": machine.get("git_commit"),
-                "machine_git_dirty": machine.get("git_dirty"),
-                "machine_stamp_source": machine.get("source"),
-                "repeats": m.stamps.get("repeats"),
-                "baseline": m.stamps.get("baseline"),
-            }
-        )
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([_milestone_row(m) for m in milestones])
     for col in ("model_params", "machine_cpu_cores", "machine_torch_threads"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     df["model_val_loss"] = pd.to_numeric(df["model_val_loss"], errors="coerce")

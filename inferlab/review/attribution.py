@@ -1,23 +1,16 @@
 """Why a metric moved: the nearest recorded differences between two runs' lineage graphs, as Causes.
 
-For one metric, the comparison starts at the table that holds it (the metrics table's `source`) and
-goes up both runs' graphs (inferlab.review.lineage_graph) through every input whose recorded sha256
-differs. At each job it names every recorded difference, most specific first:
-  1. config:  its resolved settings (named by their config path where the run's config shows
-              the same old → new change);
-  2. code:    its rule's code hash, named module by module (or library: only the numeric stack's
-              versions moved);
-  3. input:   an input that moved, with that input's own causes (a file without lineage of its
-              own, such as the corpus, by its sha256); inputs moved by the same cause read as one;
-  4. machine: the same job ran on another machine (same_machine: another fingerprint, device or host).
-A job's own change does not hide the others: a job whose code changed while it read a checkpoint
-retrained on another CPU names both, since either can have moved its numbers.
-A deterministic metric that moved with none of these recorded is **unexplained**: the lab is
-not reproducible at that point. A timing is also judged against the machines' own stamps and
-this run's probe (calibration), since the same code runs at another speed on another VM.
+From the table that holds a metric (its `source`), the comparison goes up both runs' graphs
+(inferlab.review.lineage_graph) through every input whose recorded sha256 differs, and at each job
+names every recorded difference, most specific first: its settings (config, by the config path that
+made the same change), its code (code: module by module; library: only the numeric stack moved), an
+input that moved (with that input's own causes; inputs moved by one cause read as one), and the
+machine it ran on (same_machine). A job's own change does not hide the others: a job whose code
+changed while it read a checkpoint retrained on another CPU names both. A deterministic metric that
+moved with none of these recorded is **unexplained**: the lab is not reproducible at that point.
 
-A cause is a record (Cause) and render() the only place one becomes text: whatever needs a cause's job,
-input or values reads its fields, never its text.
+render() is the only place a Cause becomes text: whatever needs a cause's job, input or values reads
+its fields, never its text.
 """
 
 from __future__ import annotations
@@ -32,12 +25,12 @@ from inferlab.review.numbers import fmt
 
 UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOISE, NOT_RECORDED = (
     "unexplained", "config", "code", "library", "input", "machine", "contended", "noise", "not recorded")
-# How the diff orders causes: a determinism bug first, then the most specific cause.
+# a determinism bug first, then the most specific cause
 CAUSE_ORDER = [UNEXPLAINED, CONFIG, CODE, LIBRARY, INPUT, MACHINE, CONTENDED, NOT_RECORDED, NOISE]
 # Between a metric's causes in the diff's `cause` column; "; " already separates a cause's own parts
 # (two settings, two machine fields)
 CAUSE_SEPARATOR = " · "
-# The causes that name no job and no field always read the same.
+# the causes that name no job and no field
 FIXED_TEXT = {
     UNEXPLAINED: "a deterministic number moved and nothing recorded differs",
     CODE: "milestone stale: its tables were made by other code or inputs than the checkout that built the report "
@@ -50,7 +43,7 @@ SCRIPT = "<script>"  # among a code cause's fields: the rule's own script, besid
 # A setting's value longer than this (a grid of cells, a list of prompts) is named by its size.
 SHOWN_VALUE_CHARS = 60
 
-# The machine-stamp fields a job's results can depend on, with how a change is named.
+# the machine-stamp fields a job's results can depend on, as a cause names them
 MACHINE_FIELDS = {"cpu_model": "CPU", "cpu_kernel_flags": "kernel flags", "cpu_caches": "caches",
                   "memory_gib": "memory GiB", "cpu_cores": "cores", "torch_threads": "torch threads",
                   "device_name": "device", "node": "node"}
@@ -70,12 +63,10 @@ CALIBRATION_FIELDS = {"bandwidth_GB_per_s": ("probe bandwidth", "GB/s"),
 class Cause:
     """One recorded difference, by kind (CAUSE_ORDER).
 
-    rule: the job the cause names (whose settings were not recorded, whose code changed, that ran on
-        another machine, or that wrote a table which changed though nothing it records did).
-    field: what differs: config paths, modules (SCRIPT: the script), packages, machine fields, input
-        files or tables measured again; None where the runs did not record it.
-    old, new: per field, its value in each run (an input's sha256; None where a run did not read it).
-    via: for an input, the config, code or library cause upstream that moved it.
+    rule: the job the cause names; field: what differs (config paths, modules, packages, machine
+        fields, input files, tables measured again), None where the runs did not record it;
+    old, new: per field, its value in each run (an input's sha256; None where a run did not read it);
+    via: for an input, the cause upstream that moved it.
     """
 
     kind: str
@@ -87,7 +78,7 @@ class Cause:
 
     @classmethod
     def changed(cls, kind: str, moves: Mapping[str, tuple], rule: str | None = None) -> Cause:
-        """A cause naming each moved field with its (old, new) values, in the order given."""
+        """From {field: (old, new)}."""
         return cls(kind, rule, tuple(moves), *(tuple(pair[i] for pair in moves.values()) for i in (0, 1)))
 
 
@@ -126,7 +117,6 @@ def render(c: Cause, with_kind: bool = True, input_joiner: str = ": ") -> str:
 
 
 def _move(field: str, old, new, names: Mapping[str, str]) -> str:
-    """'name old → new'; a probe rate to three digits with its unit."""
     if field in CALIBRATION_FIELDS:
         name, unit = CALIBRATION_FIELDS[field]
         return f"{name} {fmt(old, ' ' + unit)} → {fmt(new, ' ' + unit)}"
@@ -140,7 +130,6 @@ def label(path: str) -> str:
 
 
 def shown_value(value) -> str:
-    """A setting's value as a cause names it: absent, a short number, or a long list by its size."""
     text = "absent" if value is None else fmt(value) if isinstance(value, float) else str(value)
     if len(text) <= SHOWN_VALUE_CHARS:
         return text
@@ -198,7 +187,7 @@ def code_changes(rule: str, old_rule: Mapping | None, new_rule: Mapping | None) 
 
 
 def same_machine(old: Mapping, new: Mapping) -> bool:
-    """The one definition of "the same machine" that the diff, the report and the causes use."""
+    """The one definition of "the same machine": the diff, the report and the causes use it."""
     fields = IDENTITY_FIELDS if old.get("fingerprint") or new.get("fingerprint") else UNFINGERPRINTED_IDENTITY
     return all(old.get(field) == new.get(field) for field in fields)
 

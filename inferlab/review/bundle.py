@@ -9,41 +9,30 @@ from pathlib import Path, PurePosixPath
 from inferlab.jobs.lineage import file_sha256
 
 MANIFEST_NAME = "MANIFEST.sha256"
-# A fixed timestamp, so the same files give the same zip.
-_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-def _check_arcname(arcname: str) -> None:
-    path = PurePosixPath(arcname)
-    if path.is_absolute() or ".." in path.parts or not path.parts or arcname == MANIFEST_NAME:
-        raise ValueError(f"bundle entry name {arcname!r} must be a relative path inside the bundle "
-                         f"and not {MANIFEST_NAME}")
-
-
-def manifest_text(files: dict[str, str | Path]) -> str:
-    """`sha256sum` format: '<hex>  <path>' per line, paths relative to the unzipped root."""
-    return "".join(f"{file_sha256(path)}  {arcname}\n" for arcname, path in sorted(files.items()))
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # a fixed timestamp, so the same files give the same zip
 
 
 def build_bundle(zip_path: str | Path, files: dict[str, str | Path]) -> Path:
-    """Writes zip_path atomically: the files under their arcnames plus MANIFEST.sha256."""
+    """Writes zip_path atomically: the files under their arcnames plus MANIFEST.sha256 ('<hex>  <arcname>'
+    per line, `sha256sum` format)."""
     zip_path = Path(zip_path)
     for arcname, path in files.items():
-        _check_arcname(arcname)
+        parts = PurePosixPath(arcname)
+        if parts.is_absolute() or ".." in parts.parts or not parts.parts or arcname == MANIFEST_NAME:
+            raise ValueError(f"bundle entry name {arcname!r} must be a relative path inside the bundle "
+                             f"and not {MANIFEST_NAME}")
         if not Path(path).is_file():
             raise FileNotFoundError(f"bundle file {path} (as {arcname}) does not exist")
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     temp = zip_path.with_name(zip_path.name + ".tmp")
+    manifest = "".join(f"{file_sha256(path)}  {arcname}\n" for arcname, path in sorted(files.items()))
     try:
         with zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for arcname, path in sorted(files.items()):
+            for arcname, path in [*sorted(files.items()), (MANIFEST_NAME, None)]:
                 info = zipfile.ZipInfo(arcname, date_time=_ZIP_TIME)
-                info.compress_type = zipfile.ZIP_DEFLATED
+                info.compress_type = zipfile.ZIP_STORED if path is None else zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
-                archive.writestr(info, Path(path).read_bytes())
-            info = zipfile.ZipInfo(MANIFEST_NAME, date_time=_ZIP_TIME)
-            info.external_attr = 0o644 << 16
-            archive.writestr(info, manifest_text(files))
+                archive.writestr(info, manifest if path is None else Path(path).read_bytes())
         os.replace(temp, zip_path)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -49,16 +49,27 @@ class Changes:
     config_note: str | None = None  # config_note's warning when the two runs' configurations differ
 
 
-def config_of(path: Path) -> str | None:
-    """The config_sha256 a metrics table was made with: a ledger entry's manifest, else the
-    parquet's provenance (results/metrics.parquet and a pinned reference carry it); None if unknown."""
+def _recorded(path: Path, key: str):
+    """What a ledger entry's manifest (an unreadable one raises ledger.UnreadableRecord), else a metrics
+    table's parquet provenance (results/metrics.parquet and a pinned reference carry one), records under key."""
     path = Path(path)
     if path.is_dir():
-        return ledger.read_manifest(path).get("config_sha256")
+        return ledger.read_manifest(path).get(key)
     try:
-        return read_provenance(path).get("config_sha256")
+        return read_provenance(path).get(key)
     except (OSError, ValueError):
         return None
+
+
+def config_of(path: Path) -> str | None:
+    """The config_sha256 a metrics table was made with; None if unknown."""
+    return _recorded(path, "config_sha256")
+
+
+def record_of(path: Path) -> dict | None:
+    """The causes record (inferlab.review.lineage_graph) kept with a ledger entry or a metrics table; None if none."""
+    record = _recorded(path, "causes")
+    return record if isinstance(record, dict) else None
 
 
 # Where the corpus file lives is not what a run computes: its content is in every job's lineage (sha256),
@@ -86,16 +97,6 @@ def config_note(old_config: str | None, new_config: str | None, old_record: dict
         what = f"config sha256 {old_config[:12]} → {new_config[:12]}"
     return (f"The two runs used different configurations ({what}): differences below mix the configuration's "
             "effect with the code's.")
-
-
-def record_of(path: Path) -> dict | None:
-    """The causes record (inferlab.review.lineage_graph) kept with a ledger entry or a metrics table; None if none."""
-    path = Path(path)
-    try:
-        record = ledger.read_manifest(path).get("causes") if path.is_dir() else read_provenance(path).get("causes")
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def runs_machine_text(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
@@ -131,11 +132,8 @@ def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: di
 def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
                   reference: Path = DEFAULT_REFERENCE, new_config: str | None = None,
                   new_record: dict | None = None) -> Changes:
-    """The diff of this run's table against the latest ledger entry, else the pinned reference.
-
-    Call it before this run is appended to the ledger (the report must show the diff, and the
-    ledger records the report's hashes, so the append comes last).
-    """
+    """The diff of this run's table against the latest ledger entry, else the pinned reference. Call it
+    before this run is appended to the ledger (which records the report's hashes, so it comes last)."""
     try:
         old_path = default_old(None, new, Path(history), Path(reference))
         old = load(old_path)
@@ -175,11 +173,8 @@ def default_new(history: Path) -> Path:
 
 
 def default_old(new_path: Path | None, new_table: pd.DataFrame, history: Path, reference: Path) -> Path:
-    """The ledger entry before NEW, else the pinned reference.
-
-    new_path: NEW's file or ledger entry; None for a run not yet in the ledger. When NEW is a
-    file whose content equals the latest entry's, that entry is NEW itself and is skipped.
-    """
+    """The ledger entry before NEW (new_path; None for a run not yet in the ledger), else the pinned
+    reference. When NEW is a file whose content equals the latest entry's, that entry is NEW itself."""
     if new_path is not None and new_path.is_dir() and new_path.parent.resolve() == history.resolve():
         previous = ledger.previous_run(history, before=new_path.name)
     else:
@@ -228,20 +223,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     changes = compare(old_path, old_table, new_table, record_of(new_path), _label(new_path), config_of(new_path),
                       show_all=args.all)
-    diff, markdown = changes.table, changes.markdown
-    diff = diff.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
-    print(markdown)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown, encoding="utf-8")
-    if args.table:
-        if args.table.suffix == ".csv":
-            diff.to_csv(args.table, index=False)
-        else:
-            write_table(diff, args.table)
-    if args.figure:
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        args.figure.write_bytes(changes.figure_png)
+    diff = changes.table.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
+    print(changes.markdown)
+    for path, content in ((args.markdown, changes.markdown.encode("utf-8")), (args.figure, changes.figure_png)):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    if args.table and args.table.suffix == ".csv":
+        diff.to_csv(args.table, index=False)
+    elif args.table:
+        write_table(diff, args.table)
     return 0
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from inferlab.experiments import MILESTONES
 from inferlab.review.attribution import CAUSE_ORDER, MACHINE, UNEXPLAINED, Cause, render
-from inferlab.review.metrics import IDENTICAL_RTOL
+from inferlab.review.metrics import IDENTICAL_RTOL, missing
 from inferlab.review.numbers import fmt
 from inferlab.review.verdicts import (
     ADDED,
@@ -22,7 +22,6 @@ from inferlab.review.verdicts import (
     SHOWN,
     VERDICT_ORDER,
     WITHIN,
-    missing,
     same,
 )
 
@@ -82,12 +81,11 @@ def cause_lines(causes: tuple[Cause, ...], machine: str | None = None) -> tuple[
     return lines[0], lines[1:]
 
 
-def brief_cause(causes: tuple[Cause, ...], machine: str | None = None, limit: int = CARD_CAUSE_CHARS,
-                with_more: bool = True) -> str:
-    """A metric's causes as a milestone card shows them: the nearest cause, cut to `limit` characters,
+def brief_cause(causes: tuple[Cause, ...], machine: str | None = None, with_more: bool = True) -> str:
+    """A metric's causes as a milestone card shows them: the nearest cause, cut to CARD_CAUSE_CHARS,
     and (with_more) how many further causes the "Changes since …" section below lists."""
     heading, also = cause_lines(causes, machine)
-    text = heading if len(heading) <= limit else heading[:limit - 1].rstrip() + "…"
+    text = heading if len(heading) <= CARD_CAUSE_CHARS else heading[:CARD_CAUSE_CHARS - 1].rstrip() + "…"
     more = f" (+{len(also)} more cause{'s' if len(also) > 1 else ''} below)" if also and with_more else ""
     return text + more
 
@@ -170,9 +168,8 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
     cause, the rest as counts."""
     lines = {}
     for milestone, spec in MILESTONES.items():
-        experiments = spec.reviewed
         status = diff[(diff.experiment == "milestones") & (diff.key == milestone)]
-        rows = diff[diff.experiment.isin(experiments)]
+        rows = diff[diff.experiment.isin(spec.reviewed)]
         parts = []
         if not status.empty and status.iloc[0].verdict == FLIPPED:
             parts.append(f"flipped {status.iloc[0].old_text} → {status.iloc[0].new_text}")

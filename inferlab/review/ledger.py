@@ -35,12 +35,6 @@ def new_run_id(now: datetime, commit: str | None) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{(commit or 'unknown')[:8]}"
 
 
-def _write_entry(directory: Path, metrics_df: pd.DataFrame, manifest: dict) -> None:
-    write_table(metrics_df, directory / METRICS_FILE)
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, ensure_ascii=False, indent=2, sort_keys=True,
-                                                      default=str) + "\n", encoding="utf-8")
-
-
 def append_run(history_dir: str | Path, metrics_df: pd.DataFrame, manifest: dict,
                report_files: list[str | Path], now: datetime | None = None) -> Path:
     """Adds one entry and returns its directory.
@@ -48,8 +42,6 @@ def append_run(history_dir: str | Path, metrics_df: pd.DataFrame, manifest: dict
     manifest: what the caller knows (code and config hashes, machine stamp, ...); the ledger adds
     run_id, time, the git commit and dirty flag (unless given), the metrics table's content hash
     and the sha256 of every report file.
-    1. fill in the manifest; 2. write both files into a hidden temp dir beside the entry;
-    3. rename it into place (atomic); on any error remove the temp dir and re-raise.
     """
     history_dir = Path(history_dir)
     now = now or datetime.now(UTC)
@@ -68,7 +60,9 @@ def append_run(history_dir: str | Path, metrics_df: pd.DataFrame, manifest: dict
     temp = history_dir / f"{_TEMP_PREFIX}{run_id}-{os.getpid()}"
     try:
         temp.mkdir()
-        _write_entry(temp, metrics_df, full)
+        write_table(metrics_df, temp / METRICS_FILE)
+        (temp / MANIFEST_FILE).write_text(json.dumps(full, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+                                          + "\n", encoding="utf-8")
         os.rename(temp, final)  # fails if `final` appeared meanwhile and is not empty
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
@@ -77,10 +71,8 @@ def append_run(history_dir: str | Path, metrics_df: pd.DataFrame, manifest: dict
 
 
 class UnreadableRecord(ValueError):
-    """A ledger entry, pinned reference or metrics table that exists but cannot be read.
-
-    These are comparison material: the report names the file and goes on without the comparison.
-    """
+    """A ledger entry, pinned reference or metrics table that exists but cannot be read: comparison
+    material, so the report names the file and goes on without the comparison."""
 
 
 def read_manifest(run_dir: str | Path) -> dict:

@@ -3,15 +3,11 @@
 Every table (Parquet provenance) and checkpoint meta.json records `lineage` (inferlab.jobs.lineage.job_lineage):
 the rule, its code_sha256, config_sha256, settings and the sha256 of each file it read. The report's chain
 check (lineage_table), the record a run keeps for a later diff (causes_record) and the diff's causes
-(inferlab.review.attribution) are queries on that graph. The chain check: an input is
-  - "current" when its recorded code hash equals the producing rule's current one and every
-    recorded input file that is still on disk has the recorded content;
-  - "stale" when either differs, or when an input it read is itself stale, however far upstream
-    (a summary reads no quantisation code, yet a `--touch`ed scheme table made by old quantisation
-    code makes it stale): a file that was `--touch`ed after a code change, copied in by hand, or
-    produced by an older checkout; also when its model stamp names another checkpoint;
-  - "no lineage" when it records none (written before lineage existed, or by hand).
-A milestone with a stale input is `stale`, never `pass`.
+(inferlab.review.attribution) are queries on that graph. The chain check calls an input "stale" when its
+recorded code hash is not the producing rule's current one, an input it read that is still on disk has
+other content, or such an input is itself stale, however far upstream (a `--touch`ed table made by old
+code, a file copied in by hand); also when its model stamp names another checkpoint. A milestone with a
+stale input is `stale`, never `pass`.
 
 The causes record, kept in the ledger entry and in results/metrics.parquet, is the graph with what explains it:
 
@@ -25,8 +21,8 @@ The causes record, kept in the ledger entry and in results/metrics.parquet, is t
      "versions": {"python", "torch", "numpy"}}
 
 A rule's modules are read from the checkout only when their hash reproduces the code_sha256 the
-tables recorded; otherwise the rule records `"modules": null` (the code that made the numbers is
-no longer on disk, so it cannot be named module by module).
+tables recorded; otherwise the rule records `"modules": null`: the code that made the numbers is
+no longer on disk.
 """
 
 from __future__ import annotations
@@ -53,28 +49,23 @@ def lineage_key(path: str) -> str:
     return str(PurePosixPath(path).with_name(META_FILE)) if path.endswith(WEIGHTS_FILE) else path
 
 
-def recorded_provenance(path: Path) -> dict | None:
-    """The provenance a file records: a table's parquet metadata or a JSON file's top level (a
-    checkpoint's meta.json). None for a file that records none (the corpus) or is absent."""
+def _job(file: Path) -> dict | None:
+    """The graph's node for one file: the job that wrote it, as its provenance (a table's parquet
+    metadata, a checkpoint's meta.json) records it; None without lineage (the corpus) or file."""
     try:
-        recorded = (read_provenance(path) if path.suffix == ".parquet" else
-                    json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else None)
+        recorded = (read_provenance(file) if file.suffix == ".parquet" else
+                    json.loads(file.read_text(encoding="utf-8")) if file.suffix == ".json" else None)
     except (OSError, ValueError):
         return None
-    return recorded if isinstance(recorded, dict) else None
-
-
-def job_of(provenance: Mapping | None) -> dict | None:
-    """The graph's node for one file: the job that wrote it, as its provenance records it; None without lineage."""
-    lineage = (provenance or {}).get("lineage")
+    lineage = recorded.get("lineage") if isinstance(recorded, dict) else None
     if not isinstance(lineage, Mapping):
         return None
-    machine = provenance.get("machine")
+    machine = recorded.get("machine")
     return {"rule": lineage.get("rule"), "code_sha256": lineage.get("code_sha256"),
             "config_sha256": lineage.get("config_sha256"), "settings": lineage.get("settings"),
             "inputs_sha256": dict(lineage.get("inputs_sha256") or {}),
             "machine": dict(machine) if isinstance(machine, Mapping) else None,
-            "weights_sha256": provenance.get("weights_sha256")}  # a checkpoint's meta.json only
+            "weights_sha256": recorded.get("weights_sha256")}  # a checkpoint's meta.json only
 
 
 class LineageGraph:
@@ -90,10 +81,8 @@ class LineageGraph:
         pending, seen = [lineage_key(p) for p in paths], set()
         while pending:
             path = pending.pop()
-            if path in seen:
-                continue
+            job = _job(Path(workdir) / path) if path not in seen else None
             seen.add(path)
-            job = job_of(recorded_provenance(Path(workdir) / path))
             if job is not None:
                 files[path] = job
                 pending.extend(lineage_key(p) for p in job["inputs_sha256"])
@@ -128,13 +117,10 @@ def rule_identities(graph: LineageGraph, scripts: Mapping[str, str], root: Path)
 
 
 def causes_record(sources: Mapping[str, str], scripts: Mapping[str, str], root: str | Path, config: Mapping,
-                  machine: Mapping, calibration: Mapping | None, workdir: str | Path = ".") -> dict:
-    """The record described in the module docstring.
-
-    sources: {report input key: file}; scripts: {rule: its script, relative to root}; root: the checkout
-    holding `inferlab/`; calibration: this run's probe rates (None when it ran no probe).
-    """
-    graph = LineageGraph.read(sources.values(), workdir)
+                  machine: Mapping, calibration: Mapping | None) -> dict:
+    """The record described in the module docstring, read from the working directory. scripts: {rule: its
+    script, relative to root}, the checkout holding `inferlab/`; calibration: None when the run ran no probe."""
+    graph = LineageGraph.read(sources.values())
     return {"format": 1, "sources": {k: str(v) for k, v in sources.items()}, "files": graph.files,
             "rules": rule_identities(graph, scripts, Path(root)),
             "config": json.loads(json.dumps(config, ensure_ascii=False, default=str)),
@@ -172,13 +158,11 @@ def _stale_reason(graph: LineageGraph | None, current_code: Mapping[str, str], w
 def lineage_table(provenance: Mapping[str, Mapping], current_code: Mapping[str, str],
                   workdir: str | Path | None = None, graph: LineageGraph | None = None,
                   metas: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
-    """The chain check: per input its path, producing rule, recorded and current code_sha256, status, reason.
+    """The chain check (COLUMNS), one row per input.
 
-    provenance: {input key or path: its recorded provenance} (a table's or a checkpoint meta.json's).
-    current_code: {rule: current code_sha256}, the report rule's `code_hashes` param.
-    workdir: when given, each recorded input sha256 is compared with that file there (if it exists),
-        and that input's own job is checked the same way, up to the corpus, on `graph` (read from
-        workdir unless the report's causes record already holds it).
+    provenance: {input key or path: its recorded provenance} (a table's or a checkpoint meta.json's);
+    current_code: {rule: current code_sha256}; workdir: when given, each recorded input is checked against
+    the file there (if it exists) and that file's own job in turn, on `graph` (read from workdir unless given);
     metas: {model: its meta.json}; when given, an input whose model stamp names another checkpoint is stale.
     """
     lineages = {key: (recorded or {}).get("lineage") for key, recorded in provenance.items()}
@@ -223,6 +207,4 @@ def stamp_disagreements(provenance: Mapping[str, Mapping], metas: Mapping[str, M
 
 def stale_inputs(table: pd.DataFrame, keys: Iterable[str]) -> list[str]:
     """The inputs among `keys` that the lineage table marks stale (e.g. MILESTONES["M4"].inputs)."""
-    keys = set(keys)
-    stale = table[(table["status"] == STALE) & table["path"].isin(keys)]
-    return stale["path"].tolist()
+    return table.loc[(table["status"] == STALE) & table["path"].isin(set(keys)), "path"].tolist()

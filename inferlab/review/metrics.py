@@ -10,9 +10,7 @@ experiment measured it, so a diff between two runs can tell a real change from a
 - exact:        a deterministic number (counts, seeded results, closed forms); any difference is real.
 
 Timings (`timing` = True) depend on the machine, so the stamps ride along as flat columns.
-The builder reads the tables as their producers write them and skips absent tables. Extra
-columns flow through: an `engine` column joins the key, and every metric of the long-format
-repetition table becomes rows, whatever its name.
+Absent tables are skipped; an `engine` column joins the key.
 """
 
 from __future__ import annotations
@@ -37,12 +35,15 @@ STAMP_COLUMNS = ["model", "checkpoint_sha256", "machine_cpu_model", "machine_dev
 MACHINE_COLUMNS = ["machine_cpu_model", "machine_device", "machine_device_name", "machine_node", "machine_fingerprint"]
 
 
+def missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
 def stamp_of_columns(values) -> dict:
     """{machine column: value} (a metric row's, or a run's) as the machine stamp it was written from;
     missing values are absent keys."""
     return {column.removeprefix("machine_"): value for column, value in values.items()
-            if column in MACHINE_COLUMNS and not (value is None or value is pd.NA
-                                                 or (isinstance(value, float) and math.isnan(value)))}
+            if column in MACHINE_COLUMNS and not missing(value)}
 
 
 # This run's roofline probe on every row: a speed calibration that tells two VMs of one kind apart.
@@ -127,9 +128,6 @@ def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[
     return rows
 
 
-# ------------------------------------------------------------------------------------- models, noise
-
-
 def model_rows(noise_floor: pd.DataFrame | None, metas: dict[str, dict] | None) -> list[dict]:
     """The noise floor itself and every model's validation loss, -/+ the floor."""
     rows, floor = [], math.nan
@@ -177,13 +175,9 @@ def flat_stamps(stamps: dict) -> dict:
 def _stamped(rows: Iterable[dict], stamps: dict) -> list[dict]:
     """stamps: see flat_stamps; per-experiment overrides (same shape) under stamps["experiments"]."""
     base = flat_stamps(stamps)
-    per_experiment = stamps.get("experiments") or {}
-    out = []
-    for row in rows:
-        override = per_experiment.get(row["experiment"])
-        stamp = {**base, **{k: v for k, v in flat_stamps(override).items() if v is not None}} if override else base
-        out.append({**row, **stamp})
-    return out
+    overrides = {experiment: {k: v for k, v in flat_stamps(override).items() if v is not None}
+                 for experiment, override in (stamps.get("experiments") or {}).items() if override}
+    return [{**row, **base, **overrides.get(row["experiment"], {})} for row in rows]
 
 
 def metrics_table(tables: dict[str, pd.DataFrame | None], milestones: pd.DataFrame | None, stamps: dict,

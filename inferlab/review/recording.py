@@ -43,19 +43,18 @@ def unique_run_id(history: str | Path, now: dt.datetime, commit: str | None) -> 
 def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Changes | None) -> dict[str, Path]:
     """{name in the zip: file}: the report and its figures, the exports, the workbench, the config
     (JSON and YAML), the metrics table and the diff Markdown."""
-    (work / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True, default=str)
-                                      + "\n", encoding="utf-8")
-    (work / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(config, default=str)),
-                                                     allow_unicode=True, sort_keys=True), encoding="utf-8")
-    (work / "changes.md").write_text(changes.markdown if changes else "No diff was computed.\n", encoding="utf-8")
-    files = {Path(p).name: Path(p) for p in (paths.html, paths.markdown, paths.inference_json,
-                                             paths.precomputed_json, paths.workbench)}
-    files.update({f"figures/{Path(p).name}": Path(p) for p in paths.figures.values()})
+    written = {"config.json": json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True, default=str) + "\n",
+               "config.yaml": yaml.safe_dump(json.loads(json.dumps(config, default=str)), allow_unicode=True,
+                                             sort_keys=True),
+               "changes.md": changes.markdown if changes else "No diff was computed.\n"}
+    for name, text in written.items():
+        (work / name).write_text(text, encoding="utf-8")
     appendix = Path(paths.appendix or Path(paths.markdown).parent / "appendix")
-    files.update({f"appendix/{p.name}": p for p in sorted(appendix.glob("*.csv"))})
-    files.update({"metrics.parquet": Path(metrics_path), "config.json": work / "config.json",
-                  "config.yaml": work / "config.yaml", "changes.md": work / "changes.md"})
-    return files
+    return {**{Path(p).name: Path(p) for p in (paths.html, paths.markdown, paths.inference_json,
+                                               paths.precomputed_json, paths.workbench)},
+            **{f"figures/{Path(p).name}": Path(p) for p in paths.figures.values()},
+            **{f"appendix/{p.name}": p for p in sorted(appendix.glob("*.csv"))},
+            "metrics.parquet": Path(metrics_path), **{name: work / name for name in written}}
 
 
 def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes | None, run: dict,

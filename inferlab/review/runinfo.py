@@ -7,33 +7,25 @@ from pathlib import Path
 
 import pandas as pd
 
+# {column: the Snakemake benchmark column it is the median of}
+BENCHMARK_COLUMNS = {"seconds": "s", "max_rss_mb": "max_rss", "cpu_time_s": "cpu_time", "mean_load": "mean_load"}
+
 
 def benchmark_table(root: str | Path) -> pd.DataFrame:
-    """One row per Snakemake benchmark file under root (results/benchmarks/**.tsv).
-
-    Columns: job (path below root, without .tsv), seconds, max_rss_mb, cpu_time_s, mean_load.
-    A benchmark with several repeats contributes its median.
-    """
+    """One row per Snakemake benchmark file under root (results/benchmarks/**.tsv): job (its path below
+    root, without .tsv), the median of each BENCHMARK_COLUMNS over its repeats, and its mtime."""
     rows = []
     for path in sorted(Path(root).rglob("*.tsv")):
         try:
             bench = pd.read_csv(path, sep="\t")
         except (OSError, ValueError, pd.errors.EmptyDataError):
             continue
-        if bench.empty or "s" not in bench.columns:
-            continue
-        num = bench.apply(pd.to_numeric, errors="coerce")
-        rows.append(
-            {
-                "job": str(path.relative_to(root).with_suffix("")),
-                "seconds": float(num["s"].median()),
-                "max_rss_mb": float(num["max_rss"].median()) if "max_rss" in num else float("nan"),
-                "cpu_time_s": float(num["cpu_time"].median()) if "cpu_time" in num else float("nan"),
-                "mean_load": float(num["mean_load"].median()) if "mean_load" in num else float("nan"),
-                "mtime": path.stat().st_mtime,
-            }
-        )
-    return pd.DataFrame(rows, columns=["job", "seconds", "max_rss_mb", "cpu_time_s", "mean_load", "mtime"])
+        if not bench.empty and "s" in bench.columns:
+            bench = bench.apply(pd.to_numeric, errors="coerce")
+            rows.append({"job": str(path.relative_to(root).with_suffix("")),
+                         **{out: float(bench[col].median()) if col in bench else float("nan")
+                            for out, col in BENCHMARK_COLUMNS.items()}, "mtime": path.stat().st_mtime})
+    return pd.DataFrame(rows, columns=["job", *BENCHMARK_COLUMNS, "mtime"])
 
 
 def run_start() -> float | None:
@@ -47,8 +39,7 @@ def run_start() -> float | None:
     try:
         for proc in psutil.Process(os.getpid()).parents():
             try:
-                cmdline = " ".join(proc.cmdline())
-                if "snakemake" in cmdline:
+                if "snakemake" in " ".join(proc.cmdline()):
                     start = proc.create_time()  # keep walking: the outermost one is the run
             except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
@@ -61,11 +52,9 @@ def classify_outputs(paths: list[str], start: float | None) -> pd.DataFrame:
     """'rebuilt' when a file was written after the run started, else 'reused' (from an earlier run)."""
     rows = []
     for p in sorted(set(paths)):
-        path = Path(p)
-        if not path.exists():
-            rows.append({"path": p, "status": "absent", "mtime": float("nan")})
-            continue
-        mtime = path.stat().st_mtime
-        status = "unknown (not run by Snakemake)" if start is None else ("rebuilt" if mtime >= start else "reused")
+        exists = Path(p).exists()
+        mtime = Path(p).stat().st_mtime if exists else float("nan")
+        status = ("absent" if not exists else "unknown (not run by Snakemake)" if start is None
+                  else "rebuilt" if mtime >= start else "reused")
         rows.append({"path": p, "status": status, "mtime": mtime})
     return pd.DataFrame(rows, columns=["path", "status", "mtime"])

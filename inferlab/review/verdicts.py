@@ -18,8 +18,6 @@ machine, or **unexplained** when nothing recorded differs. Unexplained changes h
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -40,59 +38,45 @@ from inferlab.review.attribution import (
 )
 from inferlab.review.lineage_graph import STALE
 from inferlab.review.metrics import (
-    BOOTSTRAP_CI,
     CALIBRATION_COLUMNS,
-    EXACT,
     ID_COLUMNS,
     MACHINE_COLUMNS,
-    NOISE_FLOOR,
-    REP_RANGE,
     identical,
+    missing,
     stamp_of_columns,
 )
+from inferlab.spec import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE
 
 FLIPPED, CHANGED, ADDED, REMOVED = "flipped", "changed", "added", "removed"
 NOT_COMPARABLE, NO_NOISE, WITHIN, UNCHANGED = "not comparable", "no noise estimate", "within noise", "unchanged"
 # The order of the diff: what a reviewer must see first.
 VERDICT_ORDER = [FLIPPED, CHANGED, ADDED, REMOVED, NOT_COMPARABLE, NO_NOISE, WITHIN, UNCHANGED]
 SHOWN = {FLIPPED, CHANGED, ADDED, REMOVED, NOT_COMPARABLE}
-
-
-# ----------------------------------------------------------------------------------------- verdicts
-
-
-def missing(value) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+SIDES = ("old", "new")
 
 
 def same(a, b) -> bool:
     return (missing(a) and missing(b)) or (not missing(a) and not missing(b) and a == b)
 
 
-def _contended(row: pd.Series, side: str) -> bool:
-    value = row.get(f"contended_{side}")
-    return not missing(value) and bool(value)
+def _contended(row: pd.Series) -> bool:
+    return any(not missing(row.get(f"contended_{side}")) and bool(row.get(f"contended_{side}")) for side in SIDES)
 
 
-def _machine_stamp(row: pd.Series, side: str) -> dict:
-    """A metric's machine columns on one side of the diff, as a stamp (the fields machine_moves reads)."""
-    return stamp_of_columns({c: row.get(f"{c}_{side}") for c in MACHINE_COLUMNS})
-
-
-def _machine_differs(row: pd.Series) -> bool:
-    return not same_machine(_machine_stamp(row, "old"), _machine_stamp(row, "new"))
-
-
-def _calibration(row: pd.Series, side: str) -> dict:
-    return {field: row.get(f"{column}_{side}") for field, column in CALIBRATION_COLUMNS.items()
-            if not missing(row.get(f"{column}_{side}"))}
+def _machines(row: pd.Series) -> tuple[tuple[dict, dict], tuple[dict, dict]]:
+    """The machine stamps (the fields machine_moves reads) and probe rates a metric was measured with,
+    each as (old, new), from its machine and calibration columns."""
+    stamps = tuple(stamp_of_columns({c: row.get(f"{c}_{side}") for c in MACHINE_COLUMNS}) for side in SIDES)
+    probes = tuple({field: row.get(f"{column}_{side}") for field, column in CALIBRATION_COLUMNS.items()
+                    if not missing(row.get(f"{column}_{side}"))} for side in SIDES)
+    return stamps, probes
 
 
 def _machine_moves(row: pd.Series) -> dict[str, tuple]:
-    """What differs between the two machines a number was measured on, from its stamp columns and probes;
-    {} on the same machine (same_machine) with probes that agree."""
-    return {**machine_moves(_machine_stamp(row, "old"), _machine_stamp(row, "new")),
-            **calibration_moves(_calibration(row, "old"), _calibration(row, "new"))}
+    """What differs between the two machines a number was measured on; {} on the same machine
+    (same_machine) with probes that agree."""
+    stamps, probes = _machines(row)
+    return {**machine_moves(*stamps), **calibration_moves(*probes)}
 
 
 def _timing_verdict(row: pd.Series) -> str:
@@ -124,8 +108,8 @@ def _number_verdict(row: pd.Series) -> str:
         return CHANGED
     if kind == NOISE_FLOOR:
         floors = [(row[f"high_{s}"] - row[f"low_{s}"]) / 2 for s in ("new", "old")]
-        floor = next((f for f in floors if not missing(f)), math.nan)
-        if missing(floor):
+        floor = next((f for f in floors if not missing(f)), None)
+        if floor is None:
             return NO_NOISE
         return CHANGED if abs(new - old) > floor else WITHIN
     if kind == BOOTSTRAP_CI:
@@ -144,15 +128,13 @@ def verdict(row: pd.Series) -> str:
         return FLIPPED
     if bool(row["timing_new"]) and same(old_text, new_text) and same(row["value_old"], row["value_new"]):
         return UNCHANGED  # the same measurement, reused by both runs: nothing to compare across machines
-    if bool(row["timing_new"]) and (_machine_differs(row) or _contended(row, "old") or _contended(row, "new")
-                                    or calibration_moves(_calibration(row, "old"), _calibration(row, "new"))):
-        return NOT_COMPARABLE
+    if bool(row["timing_new"]):
+        stamps, probes = _machines(row)
+        if not same_machine(*stamps) or _contended(row) or calibration_moves(*probes):
+            return NOT_COMPARABLE
     if not same(old_text, new_text):
         return CHANGED
     return _number_verdict(row)
-
-
-# ------------------------------------------------------------------------------------------ causes
 
 
 def _differs(row: pd.Series) -> bool:
@@ -167,10 +149,6 @@ def _differs(row: pd.Series) -> bool:
     return not identical(old, new, row["noise_kind_new"])
 
 
-def needs_cause(row: pd.Series, verdict_: str) -> bool:
-    return verdict_ in (FLIPPED, CHANGED, NOT_COMPARABLE) or (verdict_ not in (ADDED, REMOVED) and _differs(row))
-
-
 # A milestone turns stale when the code (or an input) its tables were made with is no longer the
 # checkout's. That is the cause whatever the comparison of its tables finds: the tables may be the very
 # same files, and two runs' files differ in their stamps (times, load) even when every value agrees.
@@ -183,7 +161,7 @@ def _timing_causes(row: pd.Series, found: list[Cause] | None) -> list[Cause]:
     """A timing's causes: a contended run and the machines first, then what the lineage names. A timing
     table upstream that changed with nothing recorded differing was measured again: for a timing that is
     noise, not a determinism bug."""
-    causes = [Cause(CONTENDED)] if _contended(row, "old") or _contended(row, "new") else []
+    causes = [Cause(CONTENDED)] if _contended(row) else []
     moved = _machine_moves(row)
     if moved:
         causes.append(Cause.changed(MACHINE, moved))
@@ -194,7 +172,7 @@ def _timing_causes(row: pd.Series, found: list[Cause] | None) -> list[Cause]:
     return causes or [Cause(NOISE)]
 
 
-def explain(row: pd.Series, verdict_: str, comparison: Comparison | None, old_record: dict | None,
+def explain(row: pd.Series, comparison: Comparison | None, old_record: dict | None,
             new_record: dict | None) -> list[Cause]:
     """The causes of one moved metric, most specific first (see inferlab.review.attribution)."""
     source = row.get("source_new") if not missing(row.get("source_new")) else row.get("source_old")
@@ -212,21 +190,11 @@ def explain(row: pd.Series, verdict_: str, comparison: Comparison | None, old_re
     return ([Cause.changed(MACHINE, moved)] if moved else []) + [Cause(NOT_RECORDED)]
 
 
-def _causes(merged: pd.DataFrame, old_record: dict | None, new_record: dict | None) -> list[list[Cause]]:
-    comparison = Comparison(old_record, new_record) if old_record and new_record else None
-    return [explain(row, v, comparison, old_record, new_record) if needs_cause(row, v) else []
-            for v, (_, row) in zip(merged["verdict"], merged.iterrows(), strict=True)]
-
-
 def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None = None,
                  new_record: dict | None = None) -> pd.DataFrame:
     """One row per metric in either run: old, new, delta, delta_pct, verdict, fingerprint_old/_new (its
-    machines), cause_kind, causes (the records, inferlab.review.attribution) and cause (their text);
-    unexplained changes first, then flips.
-
-    old_record, new_record: the runs' causes records (inferlab.review.lineage_graph); without them the
-    causes come from the metrics' own machine stamps only.
-    """
+    machines), cause_kind, causes (the records) and cause (their text); unexplained changes first, then
+    flips. Without the runs' causes records the causes come from the metrics' own machine stamps only."""
     for side, table in (("old", old), ("new", new)):
         duplicated = table.duplicated(ID_COLUMNS)
         if duplicated.any():
@@ -235,8 +203,13 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
     columns = list(dict.fromkeys([*old.columns, *new.columns]))
     old, new = old.reindex(columns=columns), new.reindex(columns=columns)
     merged = old.merge(new, on=ID_COLUMNS, how="outer", suffixes=("_old", "_new"), indicator=True)
-    merged["verdict"] = [ADDED if side == "right_only" else REMOVED if side == "left_only" else verdict(row)
-                         for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
+    rows = [(side, row) for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
+    judged = [ADDED if side == "right_only" else REMOVED if side == "left_only" else verdict(row)
+              for side, row in rows]
+    comparison = Comparison(old_record, new_record) if old_record and new_record else None
+    causes = [explain(row, comparison, old_record, new_record)
+              if v in (FLIPPED, CHANGED, NOT_COMPARABLE) or (v not in (ADDED, REMOVED) and _differs(row)) else []
+              for v, (_, row) in zip(judged, rows, strict=True)]
     out = merged[ID_COLUMNS].copy()
     out["unit"] = merged["unit_new"].fillna(merged["unit_old"])
     out["old"], out["new"] = merged["value_old"], merged["value_new"]
@@ -246,13 +219,11 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
         out["delta_pct"] = np.where(out["old"].abs() > 0, 100.0 * out["delta"] / out["old"].abs(), np.nan)
     out["noise_kind"] = merged["noise_kind_new"].fillna(merged["noise_kind_old"])
     out["timing"] = merged["timing_new"].fillna(merged["timing_old"]).astype(bool)
-    out["verdict"] = merged["verdict"]
+    out["verdict"] = judged
     # the machines each number was measured on: what the report names when timings cannot be compared
     out["fingerprint_old"] = merged.get("machine_fingerprint_old")
     out["fingerprint_new"] = merged.get("machine_fingerprint_new")
-    out["deterministic_differs"] = [side == "both" and _differs(row)
-                                    for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
-    causes = _causes(merged, old_record, new_record)
+    out["deterministic_differs"] = [side == "both" and _differs(row) for side, row in rows]
     out["cause_kind"] = [c[0].kind if c else None for c in causes]
     out["causes"] = [tuple(c) for c in causes]
     out["cause"] = [CAUSE_SEPARATOR.join(map(render, c)) if c else None for c in causes]
