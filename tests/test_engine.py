@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from inferlab.core import static_forward as forward_module
-from inferlab.core.engine import EagerEngine, make_engine, model_label
+from inferlab.core.engine import PACKAGE_CALL, EagerEngine, make_engine, model_label
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.generate import generate
 from inferlab.core.generated_code import count_kernels
@@ -305,6 +305,19 @@ def test_profile_splits_a_compiled_step_into_our_python_the_package_and_its_kern
     assert all(row[part] > 0 for part in STEP_SPLIT_PARTS) and row["kernel_events"] > 0
     eager = profile_cached_step(one_layer, sequence, 8, 3, "cpu", engine=EagerEngine()).iloc[0]
     assert all(pd.isna(eager[column]) for column in STEP_SPLIT_COLUMNS)
+
+
+def test_every_call_of_a_kernel_event_engine_is_one_profiler_event(compiled, one_layer):
+    """A generic call (rounds, the draft half, the uncached step) on the kernel-event twin nests its kernels
+    under a package-call event on every call, not only on the call that found its package."""
+    twin = compiled.with_kernel_events()
+    sequence = torch.randint(one_layer.config.vocab_size, (1, 6), generator=torch.Generator().manual_seed(2))
+    twin.recompute_last(one_layer, sequence)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            twin.recompute_last(one_layer, sequence)
+    calls = [event for event in prof.events() if event.name == PACKAGE_CALL]
+    assert len(calls) == 3 and all(call.cpu_children for call in calls)
 
 
 def test_uncached_steps_share_one_package_for_every_length(compiled, one_layer):

@@ -255,10 +255,8 @@ class CompiledEngine:
         if package is None:
             for model in models:
                 self._check_weights(model)
-            package = packages[signature] = self._package(fn, models, label, args, tensors, layout, signature,
-                                                          dynamic)
-            if self.kernel_events:
-                package = _with_profiler_event(package)
+            package = self._package(fn, models, label, args, tensors, layout, signature, dynamic)
+            packages[signature] = package = _with_profiler_event(package) if self.kernel_events else package
         return package, tensors
 
     def _package(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
