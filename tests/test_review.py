@@ -147,11 +147,10 @@ def _on_machine(data, fingerprint: str):
     return data
 
 
-def test_timings_from_another_machine_fold_into_one_line_with_display_names_inside(tmp_path):
-    """Issue 59: against a reference from another machine every timing is not comparable, as expected: the
-    Changes section says so in one line naming both fingerprints; the timings are listed only in the folded
-    details, whose tables read as a reader names things (no metric ids, no noise-kind ids)."""
-    paths = _review_paths(tmp_path)
+def report_against_another_machine(tmp: Path):
+    """A report whose pinned reference is this run as another machine measured it, every timing 1.5× this
+    run's: only timings moved, on another machine. Returns the paths and the reference."""
+    paths = _review_paths(tmp)
     data = _on_machine(full_data(), "b" * 64)
     write_report(data, paths, RUN, MACHINE)  # its metrics, as another machine measured them: the reference
     reference = pd.read_parquet(paths.review.metrics).assign(machine_fingerprint="a" * 64)
@@ -161,6 +160,14 @@ def test_timings_from_another_machine_fold_into_one_line_with_display_names_insi
     Path(paths.review.reference).parent.mkdir(parents=True)
     reference.to_parquet(paths.review.reference)
     write_report(data, paths, RUN, MACHINE)
+    return paths, reference
+
+
+def test_timings_from_another_machine_fold_into_one_line_with_display_names_inside(tmp_path):
+    """Issue 59: against a reference from another machine every timing is not comparable, as expected: the
+    Changes section says so in one line naming both fingerprints; the timings are listed only in the folded
+    details, whose tables read as a reader names things (no metric ids, no noise-kind ids)."""
+    paths, reference = report_against_another_machine(tmp_path)
     d = diff_metrics(reference, pd.read_parquet(paths.review.metrics))
     moved = d[~d["verdict"].isin([UNCHANGED, WITHIN])]
     assert len(moved) > 10 and (moved["verdict"] == NOT_COMPARABLE).all() and moved["timing"].all()
