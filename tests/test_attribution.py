@@ -307,20 +307,19 @@ def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_pat
                                drift={("kvcache", "16 cache"): 0.05})
     machine = runs_machine_text(old, new, old_record, new_record)
     d = verdicts.diff_metrics(old, new, old_record, new_record)
-    blocks = change_groups(d, machine)
-    assert blocks[0][:2] == ("details", "1 timing metric not comparable: another machine (fingerprint f00 → f01)")
-    folded = blocks[0][2]
-    assert folded[0][0] == "cause" and "ms/token" in folded[1][1]["metric"].tolist()
-    assert folded[1][1]["noise"].tolist() == ["min–max over reruns"]
-    opened = [b for b in blocks[1:] if b[0] == "cause"]
-    assert opened and opened[0][1].startswith("config: quantization.gptq.damp 0.01 → 0.05"), blocks
-    rows = blocks[blocks.index(opened[0]) + 1][1]  # the deterministic change, listed with its cause
+    folded, changed = change_groups(d, machine)
+    assert folded[0][:2] == ("details", "1 timing metric not comparable: another machine (fingerprint f00 → f01)")
+    (group,) = folded[0][2]  # its one cause, opened: the metric it moved
+    assert group[0] == "details" and "ms/token" in group[2][-1][1]["metric"].tolist()
+    assert group[2][-1][1]["noise"].tolist() == ["min–max over reruns"]
+    assert changed and changed[0][1].startswith("config: quantization.gptq.damp 0.01 → 0.05"), changed
+    rows = changed[0][2][-1][1]  # the deterministic change, listed with its cause
     assert (display_name("delta_loss"), "gptq_4b", "± noise floor") in set(
         zip(rows["metric"], rows["key"], rows["noise"], strict=True))
-    assert all(b[0] != "table" or not (b[1]["verdict"] == "not comparable").any() for b in blocks[1:])
-    same = change_groups(verdicts.diff_metrics(old, make_run(tmp_path / "same", damp=0.05)[0], old_record,
-                                               new_record), None)
-    assert all(b[0] != "details" for b in same)
+    assert not any((b[2][-1][1]["verdict"] == "not comparable").any() for b in changed)
+    same, _ = change_groups(verdicts.diff_metrics(old, make_run(tmp_path / "same", damp=0.05)[0], old_record,
+                                                  new_record), None)
+    assert not same
 
 
 def test_a_hand_altered_deterministic_value_is_unexplained_and_heads_the_diff(tmp_path):
@@ -375,7 +374,7 @@ def test_the_report_warns_on_the_first_screen_and_cards_carry_the_cause(tmp_path
     assert warning[0] == "warning" and "models params ref" in warning[1]
     lines = diff_summary.milestone_change_lines(d)
     assert "[config: quantization.gptq.damp 0.01 → 0.05]" in lines["M4"]
-    headings = [block[1] for block in change_groups(d) if block[0] == "cause"]
+    headings = [block[1] for block in change_groups(d)[1]]
     assert headings[0].startswith("unexplained: ") and headings[1].startswith("config: quantization.gptq.damp")
 
 

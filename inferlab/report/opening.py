@@ -131,14 +131,15 @@ def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tup
 
 
 def _cause_blocks(rows: pd.DataFrame, machine: str | None, listed: int) -> list[tuple]:
-    """Per cause, its heading line, each further cause as a line of its own, and a short table of what
-    it moved: one config edit is one line."""
+    """Per cause one line, its heading and how many metrics it moved: one config edit is one line.
+    Opened, each further cause on a line of its own and a short table of what it moved."""
     blocks: list[tuple] = []
     for _, causes, group in cause_groups(rows):
         heading, also = cause_lines(causes, machine)
         more = f" (the first {listed} of {len(group)})" if len(group) > listed else ""
-        blocks += [("cause", f"{heading} — moved {len(group)} metric(s)", also),
-                   ("table", changes_table(group.head(listed)), f"Metrics with this cause{more}")]
+        inner = [("cause", "Further causes", also)] if also else []
+        blocks.append(("details", f"{heading} — moved {len(group)} metric(s)",
+                       [*inner, ("table", changes_table(group.head(listed)), f"Metrics with this cause{more}")]))
     return blocks
 
 
@@ -156,18 +157,19 @@ def not_comparable_line(rows: pd.DataFrame, machine: str | None = None) -> str:
     return f"{len(rows)} timing metric{'s' if len(rows) != 1 else ''} not comparable: {why}"
 
 
-def change_groups(diff: pd.DataFrame, machine: str | None = None, listed: int = 8) -> list[tuple]:
-    """The changes by cause. Timings that cannot be compared (another machine, a contended run) are
-    expected there, not changes: one line, their groups folded under it, never listed in the body."""
+def change_groups(diff: pd.DataFrame, machine: str | None = None,
+                  listed: int = 8) -> tuple[list[tuple], list[tuple]]:
+    """(the timings that cannot be compared, the other changes by cause), each a line that opens. The
+    first are expected there (another machine, a contended run), not changes: one line for all of them."""
     shown = needs_look(diff)
     incomparable = (shown["verdict"] == NOT_COMPARABLE) & shown["timing"]
     folded = _cause_blocks(shown[incomparable], machine, listed)
-    blocks = [("details", not_comparable_line(shown[incomparable], machine), folded)] if folded else []
-    blocks += _cause_blocks(shown[~incomparable], machine, listed)
+    changed = _cause_blocks(shown[~incomparable], machine, listed)
     rest = shown[shown["cause"].isna()]
     if len(rest):
-        blocks.append(("table", changes_table(rest.head(listed)), "Added or removed metrics"))
-    return blocks
+        changed.append(("details", f"{len(rest)} metric(s) added or removed",
+                        [("table", changes_table(rest.head(listed)), "Added or removed metrics")]))
+    return [("details", not_comparable_line(shown[incomparable], machine), folded)] if folded else [], changed
 
 
 def _kinds(rows: pd.DataFrame) -> str:
@@ -229,16 +231,15 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
         ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
         *([("warning", changes.config_note)] if changes.config_note else []),
     ]
-    groups = change_groups(changes.table, changes.machine)
-    if not groups:
+    folded, changed = change_groups(changes.table, changes.machine)
+    if not folded and not changed:
         # the overlay would show two equal bars per metric: the sentence says it (the PNG is still written)
         return blocks + [("p", "No metric changed beyond its noise.")]
-    figure = ("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run: KV-cache speed ratios and "
-                                        "quantization Δloss, with their noise")
-    if [b[0] for b in groups] == ["details"]:  # only timings that cannot be compared: the overlay folds with them
-        _, summary, folded = groups[0]
-        return [*blocks, ("details", summary, [*folded, figure])]
-    return blocks + groups + [figure]
+    figure = ("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run, with their noise")
+    if not changed:  # only timings that cannot be compared: the overlay folds with them
+        _, summary, groups = folded[0]
+        return [*blocks, ("details", summary, [*groups, figure])]
+    return blocks + folded + changed + [figure]
 
 
 def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:
