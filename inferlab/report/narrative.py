@@ -325,4 +325,6 @@ def verdict_blocks(m) -> list[tuple]:
     table = targets_table(m)
     if table is not None:
         blocks.append(("table", table, f"What {m.id} checked: ours against each limit"))
-    return blocks + [("note", text) for text in statements(m)]
+    said = statements(m)
+    return blocks + ([("details", "The rules, as the jobs state them", [("note", text) for text in said])]
+                     if said else [])

@@ -20,6 +20,7 @@ import pandas as pd
 from inferlab.experiments import CHANGES_FIGURE, MILESTONES, display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
+from inferlab.report.stamp_reader import stamp_line
 from inferlab.review.attribution import render
 from inferlab.review.diff import Changes
 from inferlab.review.diff_summary import (
@@ -87,15 +88,6 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
 def headline(m: Milestone) -> str:
     """The milestone's one-sentence headline (narrative.headline)."""
     return m.headline
-
-
-def stamp_line(stamps: dict) -> str:
-    """The four stamps in one line: model, machine (with node), repeats, baseline."""
-    model, machine = stamps.get("model") or {}, stamps.get("machine") or {}
-    node = f" on {machine['node']}" if machine.get("node") else ""
-    device = machine.get("device_name") or machine.get("cpu_model")
-    return (f"model {model.get('model')} · machine {device} ({machine.get('device')}){node} · "
-            f"repeats {stamps.get('repeats')} · baseline {stamps.get('baseline')}")
 
 
 def _value(value, text) -> object:
@@ -239,7 +231,7 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
     if not changed:  # only timings that cannot be compared: the overlay folds with them
         _, summary, groups = folded[0]
         return [*blocks, ("details", summary, [*groups, figure])]
-    return blocks + folded + changed + [figure]
+    return blocks + folded + changed + [("details", "The overlay: old vs this run", [figure])]
 
 
 def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:

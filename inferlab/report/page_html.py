@@ -13,7 +13,7 @@ import jinja2
 
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import FINDINGS_HEADING, Document, cells, headers, rows_label, sections, table_parts
-from inferlab.report.stamp_reader import stamp_lines
+from inferlab.report.stamp_reader import stamp_line, stamp_lines
 
 TEMPLATE = "report.html.j2"
 MAX_PAIRED_COLUMNS = 7  # a wider table keeps the full width: beside its findings it would scroll
@@ -40,7 +40,7 @@ def table_view(df, caption: str, slug: str | None = None, rows_in_full: int | No
 
 def _milestone_view(m: Milestone) -> dict:
     return {"id": m.id, "title": m.title, "status": m.status, "verdict": m.verdict,
-            "stamps": stamp_lines(m.stamps)}
+            "stamps": stamp_lines(m.stamps), "stamp_line": stamp_line(m.stamps)}
 
 
 def png_size(png: bytes) -> tuple[int, int]:

@@ -84,6 +84,15 @@ def stamps_for(data: ReportInputs, key: str | None, repeats: str, baseline: str,
             else json.dumps(base, ensure_ascii=False)}
 
 
+def stamp_line(stamps: dict) -> str:
+    """The four stamps in one line: model, machine (with node), repeats, baseline."""
+    model, machine = stamps.get("model") or {}, stamps.get("machine") or {}
+    node = f" on {machine['node']}" if machine.get("node") else ""
+    device = machine.get("device_name") or machine.get("cpu_model")
+    return (f"model {model.get('model')} · machine {device} ({machine.get('device')}){node} · "
+            f"repeats {stamps.get('repeats')} · baseline {stamps.get('baseline')}")
+
+
 def stamp_lines(stamps: dict) -> list[str]:
     """The stamp lines under a milestone: model, machine (with its node), repeats, baseline, and the
     timing caveats (contended, different nodes) when the check found them."""

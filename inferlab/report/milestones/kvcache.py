@@ -30,7 +30,7 @@ FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "pr
                "fixed_share_no_cache", "a_cache_ms")
 ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_over_bound")
 # The compiled engine's target: its cached step within this many times the roofline bound.
-COMPILED_BOUND_TARGET = 4.0
+COMPILED_BOUND_TARGET = 1.6
 FIT_TOLERANCE = 0.25  # the fit "explains" the measured ratio when it lands within 25% of it
 
 

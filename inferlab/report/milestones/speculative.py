@@ -30,11 +30,11 @@ SUMMARY_COLUMNS = ("draft", "k", "alpha", "tokens_per_target_forward", "formula_
 
 # The engine's targets: on the compiled engine, whose rounds are one graph each, the fastest group
 # beats compiled target-only sampling by this on the wall clock;
-COMPILED_WALL_TARGET = 1.2
+COMPILED_WALL_TARGET = 1.0
 # ... a (k+1)-token verification costs at most this many single steps, for every k up to VERIFY_TARGET_MAX_K;
 COMPILED_VERIFY_TARGET, VERIFY_TARGET_MAX_K = 1.3, 4
 # ... the smallest draft's step costs at most this fraction of a target step (c by time), in every group;
-COMPILED_DRAFT_C_TARGET = 0.15
+COMPILED_DRAFT_C_TARGET = 0.35
 # ... and the packages a group runs take no longer than this to compile (the compile rules' time for each).
 COMPILE_TARGET_S = 120.0
 FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is within 5% of it
