@@ -26,7 +26,7 @@ from inferlab.review.verdicts import (
 )
 
 # A card names a few metrics, each with its nearest cause cut to this; the section below has them in full.
-CARD_CAUSE_CHARS = 120
+CARD_CAUSE_CHARS = 80
 
 
 def reproducibility(diff: pd.DataFrame) -> dict:
@@ -186,7 +186,7 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
         not_comparable = list(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in
                                             rows[rows.verdict == NOT_COMPARABLE]["causes"] if c))
         if not_comparable:
-            rest += f" [{'; '.join(not_comparable[:2])}{'; …' if len(not_comparable) > 2 else ''}]"
+            rest += f" [{not_comparable[0]}{'; …' if len(not_comparable) > 1 else ''}]"
         if rows.empty and status.empty:
             lines[milestone] = "nothing to compare"
         elif parts:
