@@ -14,7 +14,7 @@ from inferlab.report.page_markdown import markdown_page as to_markdown
 from inferlab.report.render import Document
 from inferlab.report.sections.common import appendix_of_inputs, status_table
 from inferlab.report.sections.kvcache import section_kvcache
-from inferlab.report.sections.provenance import section_provenance, tables_to_appendix
+from inferlab.report.sections.provenance import section_provenance
 from inferlab.report.sections.quant import section_quant
 from inferlab.report.sections.sampling import section_sampling
 from inferlab.report.sections.setup import section_setup
@@ -49,9 +49,7 @@ def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
     section_sampling(doc, data, by_id["M2"], seed)
     section_speculative(doc, data, by_id["M3"], seed)
     section_quant(doc, data, by_id["M4"], seed)
-    section_provenance(doc, run)
-    if review is not None:
-        doc.blocks += tables_to_appendix(doc, review["provenance"])
+    section_provenance(doc, run, review["provenance"] if review is not None else ())
     appendix_of_inputs(doc, data)
     doc.figures = make_figures(data)
     return doc

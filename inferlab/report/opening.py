@@ -242,9 +242,8 @@ def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:
     shown = lineage.assign(recorded_code_sha256=lineage["recorded_code_sha256"].str[:16],
                            current_code_sha256=lineage["current_code_sha256"].str[:16])
     return [
-        ("h3", "Code lineage of the inputs"),
-        ("p", f"{len(lineage)} inputs, {stale} stale. An input is stale when the code of the rule that wrote it "
-              "changed since, or a file it read changed (a --touch after a code edit, a file copied in by hand, "
-              "an older checkout); its milestone is then 'stale', never 'pass'."),
+        ("p", f"Code lineage of the inputs: {len(lineage)} inputs, {stale} stale. An input is stale when the code "
+              "of the rule that wrote it changed since, or a file it read changed (a --touch after a code edit, a "
+              "file copied in by hand, an older checkout); its milestone is then 'stale', never 'pass'."),
         ("table", shown, "Recorded vs current code hash per input (first 16 hex digits)"),
     ]
