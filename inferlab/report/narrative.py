@@ -257,8 +257,8 @@ def _closing(m) -> str:
     parts = [f"failed: {'; '.join(m.problems)}"] if m.problems else []
     parts += _caveats(m)
     unmet = [t.target for t in m.evidence.targets if t.met is False]
-    if unmet and not m.problems:
-        parts.append(f"not met below: {'; '.join(unmet)}")
+    if unmet and not m.problems:  # the first by name, the rest counted: the table below lists them
+        parts.append(f"not met below: {unmet[0]}" + (f" and {len(unmet) - 1} more" if len(unmet) > 1 else ""))
     return _sentence(*parts) or "Every target below is met."
 
 
