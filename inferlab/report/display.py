@@ -1,14 +1,8 @@
-"""Display names and units for every column the report shows: one dictionary, so no raw identifier
-(`fixed_share_no_cache`) reaches a reader. The Parquet tables keep their identifiers; only the
-rendered report translates them.
-
-A column not listed is spelled out by rule (underscores become spaces, a unit suffix becomes the
-unit in brackets), so a new producer column still reads as words; list it here to name it well.
+"""Headers of the columns the report computes for its compact tables (in no Parquet table); every
+other column's display name is declared in its experiment's spec (inferlab.experiments.display_name).
 """
 
 from __future__ import annotations
-
-from inferlab.experiments import display_name  # noqa: F401  (re-exported)
 
 # Columns the report computes for its compact tables (not in any Parquet table): their display names
 # are made here too, so every header the report shows comes from this module.

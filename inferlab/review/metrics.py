@@ -77,10 +77,6 @@ def _row(experiment: str, metric: str, key: str, value, unit: str, noise_kind: s
             "timing": timing, "higher_is_better": higher_is_better, "source": source}
 
 
-def _is_nan(value) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
 def _records(df: pd.DataFrame | None) -> list[dict]:
     return [] if df is None or df.empty else df.to_dict("records")
 
@@ -92,7 +88,7 @@ def _bounds(metric: Metric, record: dict, value) -> dict:
     if not metric.bounds:
         return {}
     reps = record.get(metric.reps) if metric.reps else MIN_REPS_FOR_RANGE
-    if reps is None or _is_nan(reps) or int(reps) < MIN_REPS_FOR_RANGE:
+    if missing(reps) or int(reps) < MIN_REPS_FOR_RANGE:
         return {}
     return {"low": record.get(metric.bounds[0], math.nan), "high": record.get(metric.bounds[1], math.nan)}
 
@@ -104,7 +100,7 @@ def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[
         if metric.where and record.get(metric.where[0]) != metric.where[1]:
             continue
         value = record.get(metric.column) if metric.column else None
-        if metric.skip_missing and metric.column and (value is None or _is_nan(value)):
+        if metric.skip_missing and metric.column and missing(value):
             continue
         try:
             text = metric.text.format(**record) if metric.text else None
@@ -114,7 +110,7 @@ def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[
             raise
         key = metric.key.format(**record)
         engine = record.get("engine")
-        if engine is not None and not _is_nan(engine):
+        if not missing(engine):
             key, text = (f"{key} [{engine}]", text) if metric.by_engine else (key, text and f"{text} [{engine}]")
         name = metric.name.format(**record)
         if metric.once_per_key and (name, key) in seen:
@@ -157,7 +153,7 @@ def probe_calibration(probes: pd.DataFrame | None) -> dict[str, float]:
         return {}
     rates = {"bandwidth_GB_per_s": probes.loc[probes["unit"] == "GB/s", "value"].max(),
              "peak_GFLOP_per_s": probes.loc[probes["unit"] == "GFLOP/s", "value"].max()}
-    return {k: float(v) for k, v in rates.items() if not _is_nan(float(v))}
+    return {k: float(v) for k, v in rates.items() if not missing(float(v))}
 
 
 def flat_stamps(stamps: dict) -> dict:
