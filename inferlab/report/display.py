@@ -4,8 +4,6 @@ other column's display name is declared in its experiment's spec (inferlab.exper
 
 from __future__ import annotations
 
-# Columns the report computes for its compact tables (not in any Parquet table): their display names
-# are made here too, so every header the report shows comes from this module.
 THEIRS = "seed page (theirs)"  # the marker of a column holding the seed page's published value
 
 
