@@ -8,6 +8,7 @@ import torch
 
 from inferlab.core.checkpoint import load_checkpoint, load_token_ids
 from inferlab.core.checkpoint_meta import model_stamp
+from inferlab.core.packages import graph_dirs
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
@@ -25,7 +26,8 @@ speed = smk.params.speed
 prompt = torch.tensor([vocab.encode(speed["prompt"])], dtype=torch.long)
 row = run_scheme(model, smk.params.scheme, load_token_ids(smk.input.val), load_token_ids(smk.input.train),
                  smk.params.seq_len, prompt, speed["new_tokens"], speed["reps"],
-                 gptq=smk.params.gptq, device="cpu", progress_file=log, engines=tuple(smk.params.engines))
+                 gptq=smk.params.gptq, device="cpu", progress_file=log, engines=tuple(smk.params.engines),
+                 graph_dirs=tuple(graph_dirs(smk.input)))
 provenance = job_stamps(machine_stamp("cpu"), model_stamp(meta, smk.params.model_name),
                         {"quality": "one deterministic pass over the full validation split",
                          "speed_reps": row["speed_reps"]}, BASELINE, **{

@@ -280,23 +280,33 @@ def test_decode_speed_measurement_reports_medians_and_agreement():
 
 
 @pytest.mark.parametrize("scheme", ["int8_per_channel_sym", "int4_g32_sym"])
-def test_low_bit_kernel_model_decodes_on_the_compiled_engine_like_on_eager(scheme):
-    """The low-bit kernels export into packages as the quant job builds them (frozen weights, inductor's
-    default lowering): same greedy tokens on both engines."""
-    from inferlab.core.engine import make_engine
+def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path):
+    """As the workflow runs Experiment 4 on the compiled engine: its compile jobs build fp32's and the
+    kernel model's packages (build_speed_graphs), and the scheme job only loads them (its engine has no
+    build directory, so a missing package would be refused). The kernels' packages decode the same
+    greedy tokens as eager."""
+    from inferlab.core.engine import CompiledEngine, make_engine
     from inferlab.core.generate import generate
+    from inferlab.core.packages import PackageError
 
     if not quant_kernels.KERNELS[get_scheme(scheme).kernel].available("cpu"):
         pytest.skip(f"no {scheme} kernel on this CPU")
     model = tiny_random_model(n_layer=1)  # each layer's kernels compile for seconds; a second adds nothing
-    quantised, result = quant.quantize_model(model, scheme)
-    fast = quant_kernels.kernel_model(quantised, result, scheme)
-    prompt = torch.tensor([[1, 2, 3]])
-    compiled = make_engine("compiled", inductor_options=quant_bench.KERNEL_INDUCTOR_OPTIONS)
-    eager_tokens = generate(fast, prompt, 6).tokens
-    assert torch.equal(generate(fast, prompt, 6, engine=compiled).tokens, eager_tokens)
-    out = quant_bench.measure_decode_speed(model, fast, prompt, new_tokens=4, reps=1, engine=compiled)
-    assert out["ms_per_token"] > 0 and out["fp32_ms_per_token"] > 0
+    prompt, ids = torch.tensor([[1, 2, 3]]), torch.randint(0, 32, (200,))
+    dirs = (tmp_path / "fp32", tmp_path / scheme)
+    for name, directory in zip((None, scheme), dirs, strict=True):
+        builder = CompiledEngine(build_dir=directory, inductor_options=quant_bench.KERNEL_INDUCTOR_OPTIONS)
+        quant_bench.build_speed_graphs(model, name, ids, 16, prompt, 4, None, builder)
+        assert builder.built
+    row = quant_bench.run_scheme(model, scheme, ids, ids, 16, prompt, new_tokens=4, reps=1,
+                                 engines=("eager", "compiled"), graph_dirs=dirs)
+    assert row["engine_used_compiled"] == "compiled" and row["ms_per_token_compiled"] > 0
+    with pytest.raises(PackageError, match="no package"):  # without the kernel model's: refused, not built
+        quant_bench.run_scheme(model, scheme, ids, ids, 16, prompt, new_tokens=4, reps=1, engines=("compiled",),
+                               graph_dirs=dirs[:1])
+    fast = quant_kernels.kernel_model(*quant.quantize_model(model, scheme), scheme)
+    loader = make_engine("compiled", inductor_options=quant_bench.KERNEL_INDUCTOR_OPTIONS, graph_dirs=dirs)
+    assert torch.equal(generate(fast, prompt, 4, engine=loader).tokens, generate(fast, prompt, 4).tokens)
 
 
 # ------------------------------------------------------------------------------ jobs and the choice

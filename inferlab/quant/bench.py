@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from pathlib import Path
 from typing import TextIO
 
 import torch
@@ -32,7 +33,8 @@ GPTQ_KEYS = ("calibration_windows", "damp", "block_size", "seed")  # config quan
 # The low-bit kernels are library ops (int4pack and int8 weight-only matmuls) for which autotuning
 # restricted to the C++ GEMM template has no choice. Here the fp32 model and every kernel model
 # are packaged with frozen weights and inductor's default lowering, so each speed ratio compares like
-# with like.
+# with like; the workflow builds fp32's packages once and each kernel model's in its own compile job
+# (rule compile_quant).
 KERNEL_INDUCTOR_OPTIONS: dict = {}
 
 
@@ -49,7 +51,8 @@ def speed_status(scheme: quant.Scheme, device: str) -> tuple[str, bool]:
 def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, train_ids: torch.Tensor,
                seq_len: int, prompt: torch.Tensor, new_tokens: int, reps: int,
                gptq: dict | None = None, device: str = "cpu", batch_size: int = 16,
-               progress_file: TextIO | None = None, engines: tuple[str, ...] = ("eager",)) -> dict:
+               progress_file: TextIO | None = None, engines: tuple[str, ...] = ("eager",),
+               graph_dirs: tuple[Path, ...] = ()) -> dict:
     """One row: quality against fp32, storage, and speed if measurable.
 
     The verdict against the noise floor is quant_summary's (choice.summary_table), so that a change
@@ -59,25 +62,17 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     methods that calibrate, which take no defaults of their own.
     engines: the decode engines the speed is timed on; eager's columns have no suffix, every other
     engine's columns end in _<engine> (fp32 and kernel model always on the same engine).
+    graph_dirs: where the compiled engine finds the packages of fp32 and the kernel model
+    (build_speed_graphs); with none it compiles them itself, in a directory of its own.
     """
     scheme = quant.get_scheme(scheme_name)
     layers = quant.quantized_linears(reference)
     shapes = [tuple(linear.weight.shape) for _, linear in layers]
     quantised_params = sum(n * k for n, k in shapes)
-    options: dict = {}
-    n_calibration = 0
-    if scheme.method == "gptq":
-        absent = [key for key in GPTQ_KEYS if key not in (gptq or {})]
-        if absent:
-            raise ValueError(f"{scheme_name}: GPTQ settings {absent} missing (config quantization.gptq)")
-        n_calibration = int(gptq["calibration_windows"])
-        options = {"calibration": calibration_windows(train_ids, n_calibration, seq_len, int(gptq["seed"])),
-                   "damp": float(gptq["damp"]), "block_size": int(gptq["block_size"]),
-                   "progress_file": progress_file}
     start = time.perf_counter()
-    quantised, result = quant.quantize_model(reference, scheme_name, **options)
+    quantised, result = quantize(reference, scheme_name, train_ids, seq_len, gptq, progress_file)
     quantize_s = time.perf_counter() - start
-
+    n_calibration = int(gptq["calibration_windows"]) if scheme.method == "gptq" else 0
     quality = evaluate_against_reference(reference, quantised, val_ids, seq_len, batch_size,
                                                progress_file=progress_file)
     status, measurable = speed_status(scheme, device)
@@ -87,7 +82,7 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     if measurable:
         fast = quant_kernels.kernel_model(quantised, result, scheme_name)
         for name in engines:
-            engine = make_engine(name, inductor_options=KERNEL_INDUCTOR_OPTIONS)
+            engine = make_engine(name, inductor_options=KERNEL_INDUCTOR_OPTIONS, graph_dirs=graph_dirs)
             measured = measure_decode_speed(reference, fast, prompt, new_tokens, reps, engine)
             speed |= {f"{column}{engine_suffix(name)}": measured[column] for column in SPEED_COLUMNS}
             speed[f"engine_used{engine_suffix(name)}"] = engine.engine_used
@@ -112,6 +107,35 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     }
 
 
+def quantize(reference: nn.Module, scheme_name: str, train_ids: torch.Tensor, seq_len: int,
+             gptq: dict | None, progress_file: TextIO | None = None) -> tuple[nn.Module, quant.QuantResult]:
+    """The scheme applied to reference: (model with dequantised weights, the integer layout). A
+    calibrating method reads its settings (config quantization.gptq) and its windows of train_ids."""
+    if quant.get_scheme(scheme_name).method != "gptq":
+        return quant.quantize_model(reference, scheme_name)
+    absent = [key for key in GPTQ_KEYS if key not in (gptq or {})]
+    if absent:
+        raise ValueError(f"{scheme_name}: GPTQ settings {absent} missing (config quantization.gptq)")
+    windows = calibration_windows(train_ids, int(gptq["calibration_windows"]), seq_len, int(gptq["seed"]))
+    return quant.quantize_model(reference, scheme_name, calibration=windows, damp=float(gptq["damp"]),
+                                block_size=int(gptq["block_size"]), progress_file=progress_file)
+
+
+def build_speed_graphs(reference: nn.Module, scheme_name: str | None, train_ids: torch.Tensor, seq_len: int,
+                       prompt: torch.Tensor, new_tokens: int, gptq: dict | None, engine: Engine,
+                       device: str = "cpu") -> None:
+    """Runs once on a building engine the decode a scheme job times: fp32's (scheme_name None) or the
+    scheme's kernel model's, whose weights equal the scheme job's only where both quantise with the same
+    thread count (GPTQ's matmuls sum in an order that depends on it)."""
+    model = reference
+    if scheme_name is not None:
+        if not speed_status(quant.get_scheme(scheme_name), device)[1]:
+            return
+        quantised, result = quantize(reference, scheme_name, train_ids, seq_len, gptq)
+        model = quant_kernels.kernel_model(quantised, result, scheme_name)
+    time_decode(model, prompt, new_tokens, engine)
+
+
 SPEED_COLUMNS = ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32", "greedy_agreement_vs_fp32")
 
 
@@ -130,9 +154,8 @@ def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int,
 def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Tensor,
                          new_tokens: int, reps: int, engine: Engine | None = None) -> dict:
     """Median ms/token of fp32 and kernel decode on one engine, interleaved rep by rep so drift
-    hits both alike. On a compiled engine the warm-up call also builds each model's packages, in this
-    job: the kernel models exist only inside it."""
-    for model in (reference, fast):  # warm-up: first-call allocation, kernel dispatch, compilation
+    hits both alike."""
+    for model in (reference, fast):  # warm-up: first-call allocation, kernel dispatch, package loads
         time_decode(model, prompt, new_tokens, engine)
     ref_ms, fast_ms = [], []
     for _ in range(reps):

@@ -37,6 +37,7 @@ CONDA_ENV = "../envs/inferlab.yaml"
 
 from inferlab.corpus.check import corpus_check
 from inferlab.jobs import configcheck
+from inferlab.quant.schemes import SCHEMES
 
 # what the corpus check found, kept between Snakemake starts by the file's size and mtime
 CORPUS_CHECK_CACHE = Path(".snakemake/inferlab/corpus-check.json")
@@ -128,7 +129,7 @@ def corpus_source():
 SCRIPTS_DIR = Path(workflow.basedir) / "scripts"
 COMPUTE_SCRIPTS = {"training_model", "kvcache_timing", "kvcache_steps", "kvcache_roofline_probe", "sampling_distribution",
                    "sampling_cell", "sampling_human", "speculative_group", "quant_scheme", "graphs_model",
-                   "graphs_target_only", "graphs_round"}
+                   "graphs_target_only", "graphs_round", "graphs_quant"}
 _CODE_HASHES = {}
 # the parses of the package's modules, kept between Snakemake starts (inferlab/jobs/lineage.py)
 PARSE_CACHE = Path(".snakemake/inferlab/code-parses.json")
@@ -198,6 +199,19 @@ def model_graphs(name, key="graphs"):
     if not COMPILED:
         return {}
     return {key: f"{GRAPHS_DIR}/{name}", f"{key}_manifest": f"{GRAPHS_DIR}/{name}.json"}
+
+
+def speed_graphs(scheme, kernel_schemes, reference):
+    """A kernel scheme's packages and its reference's (fp32), as its scheme job's inputs; a quality-only
+    scheme times nothing and takes none."""
+    if scheme not in kernel_schemes:
+        return {}
+    return model_graphs(f"quant/{reference}", "reference_graphs") | model_graphs(f"quant/{scheme}", "kernel_graphs")
+
+
+def calibrates(scheme):
+    """Whether a quantization scheme (or the fp32 reference, which is none) calibrates on training data."""
+    return scheme in SCHEMES and SCHEMES[scheme].method == "gptq"
 
 
 def group_graphs(draft, k):

@@ -1,9 +1,9 @@
 # Compiled graphs. Every graph the compiled engine runs is an AOTInductor package (a .pt2 file,
 # inferlab/core/packages.py) built here: once per model (its steps, its uncached forward, the target's
 # verifications), once for target-only sampling's step, and once per speculative group (its fused
-# rounds, its draft half). A model's packages do not depend on the round's code
-# (inferlab/speculative/fused.py), so an edit there rebuilds the sampling step, the rounds and what
-# uses them.
+# rounds, its draft half); Experiment 4's are built by compile_quant (quant.smk). A model's packages
+# do not depend on the round's code (inferlab/speculative/fused.py), so an edit there rebuilds the
+# sampling step, the rounds and what uses them.
 # The timing jobs only load them; each package is built for TIMING_THREADS, the thread count the timing
 # jobs run with (its C++ loops are blocked for it), while the compile job itself takes one core, so two
 # compile at once. A checkpoint, a setting that shapes a graph or the engine's code that changes reruns
