@@ -58,8 +58,7 @@ def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Ch
 
 
 def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes, run: dict,
-                      machine: dict, code_hashes: dict | None, causes: dict | None = None,
-                      run_id: str | None = None) -> Path:
+                      machine: dict, code_hashes: dict | None, causes: dict | None, run_id: str) -> Path:
     """1. metrics.parquet; 2. the bundle; 3. the ledger entry with the sha256 of every report file.
     Both the table and the entry keep the causes record (a pinned reference copies it from the table).
     run_id: the id the report already printed (inferlab.report.opening's "For reviewers").
@@ -72,7 +71,7 @@ def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes
     history = Path(review.history)
     now = dt.datetime.now(dt.UTC)
     manifest = {
-        "run_id": run_id if run_id and not (history / run_id).exists()
+        "run_id": run_id if not (history / run_id).exists()
         else unique_run_id(history, now, machine.get("git_commit")),
         "config_sha256": run.get("config_sha256"),
         "code_sha256": (code_hashes or {}).get("report"),
