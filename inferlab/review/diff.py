@@ -129,8 +129,7 @@ def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: di
     return Changes(_label(old_path), table, markdown, diff_figure(old, new), machine, note)
 
 
-def changes_since(new: pd.DataFrame, history: Path = DEFAULT_HISTORY,
-                  reference: Path = DEFAULT_REFERENCE, new_config: str | None = None,
+def changes_since(new: pd.DataFrame, history: Path, reference: Path, new_config: str | None = None,
                   new_record: dict | None = None) -> Changes:
     """The diff of this run's table against the latest ledger entry, else the pinned reference. Call it
     before this run is appended to the ledger (which records the report's hashes, so it comes last)."""

@@ -163,9 +163,7 @@ def flat_stamps(stamps: dict) -> dict:
     if isinstance(model, dict):
         flat.update({"model": model.get("model"), "checkpoint_sha256": model.get("checkpoint_sha256")})
     flat.update({f"machine_{k}": v for k, v in (stamps.get("machine") or {}).items()})
-    if "node" in flat and "machine_node" not in flat:
-        flat["machine_node"] = flat["node"]
-    return {column: None if flat.get(column) is None else flat[column] for column in STAMP_COLUMNS}
+    return {column: flat.get(column) for column in STAMP_COLUMNS}
 
 
 def _stamped(rows: Iterable[dict], stamps: dict) -> list[dict]:

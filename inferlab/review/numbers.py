@@ -42,9 +42,7 @@ def _cell(value) -> str:
         a = abs(value)
         short = repr(value)
         if len(short) <= 6 and "e" not in short and a < 1e5:  # settings like 0.7, 1.3, 0.05 as written
-            return short.removesuffix(".0") if short.endswith(".0") else short
-        if a == 0:
-            return "0"
+            return short.removesuffix(".0")
         rounded = repr(float(f"{value:.4g}"))  # 4 significant digits, without a float's trailing noise
         if a < 100 and "e" not in rounded:
             return rounded.removesuffix(".0")

@@ -40,13 +40,13 @@ def unique_run_id(history: str | Path, now: dt.datetime, commit: str | None) -> 
     return run_id
 
 
-def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Changes | None) -> dict[str, Path]:
+def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Changes) -> dict[str, Path]:
     """{name in the zip: file}: the report and its figures, the exports, the workbench, the config
     (JSON and YAML), the metrics table and the diff Markdown."""
     written = {"config.json": json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True, default=str) + "\n",
                "config.yaml": yaml.safe_dump(json.loads(json.dumps(config, default=str)), allow_unicode=True,
                                              sort_keys=True),
-               "changes.md": changes.markdown if changes else "No diff was computed.\n"}
+               "changes.md": changes.markdown}
     for name, text in written.items():
         (work / name).write_text(text, encoding="utf-8")
     appendix = Path(paths.appendix or Path(paths.markdown).parent / "appendix")
@@ -57,9 +57,8 @@ def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Ch
             "metrics.parquet": Path(metrics_path), **{name: work / name for name in written}}
 
 
-def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes | None, run: dict,
-                      machine: dict, code_hashes: dict | None, causes: dict | None = None,
-                      run_id: str | None = None) -> Path:
+def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes, run: dict,
+                      machine: dict, code_hashes: dict | None, causes: dict | None, run_id: str) -> Path:
     """1. metrics.parquet; 2. the bundle; 3. the ledger entry with the sha256 of every report file.
     Both the table and the entry keep the causes record (a pinned reference copies it from the table).
     run_id: the id the report already printed (inferlab.report.opening's "For reviewers").
@@ -72,13 +71,13 @@ def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes
     history = Path(review.history)
     now = dt.datetime.now(dt.UTC)
     manifest = {
-        "run_id": run_id if run_id and not (history / run_id).exists()
+        "run_id": run_id if not (history / run_id).exists()
         else unique_run_id(history, now, machine.get("git_commit")),
         "config_sha256": run.get("config_sha256"),
         "code_sha256": (code_hashes or {}).get("report"),
         "code_hashes": code_hashes,
         "machine": machine,
-        "compared_with": changes.old_label if changes else None,
+        "compared_with": changes.old_label,
         "causes": causes,
     }
     if machine.get("git_commit"):

@@ -18,7 +18,7 @@ def benchmark_table(root: str | Path) -> pd.DataFrame:
     for path in sorted(Path(root).rglob("*.tsv")):
         try:
             bench = pd.read_csv(path, sep="\t")
-        except (OSError, ValueError, pd.errors.EmptyDataError):
+        except (OSError, ValueError):  # an empty file is a ValueError too (EmptyDataError)
             continue
         if not bench.empty and "s" in bench.columns:
             bench = bench.apply(pd.to_numeric, errors="coerce")

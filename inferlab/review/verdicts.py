@@ -172,8 +172,7 @@ def _timing_causes(row: pd.Series, found: list[Cause] | None) -> list[Cause]:
     return causes or [Cause(NOISE)]
 
 
-def explain(row: pd.Series, comparison: Comparison | None, old_record: dict | None,
-            new_record: dict | None) -> list[Cause]:
+def explain(row: pd.Series, comparison: Comparison | None) -> list[Cause]:
     """The causes of one moved metric, most specific first (see inferlab.review.attribution)."""
     source = row.get("source_new") if not missing(row.get("source_new")) else row.get("source_old")
     found = comparison.source_causes(None if missing(source) else str(source)) if comparison else None
@@ -185,8 +184,8 @@ def explain(row: pd.Series, comparison: Comparison | None, old_record: dict | No
         return found
     if found is not None:
         return [Cause(UNEXPLAINED)]
-    moved = machine_moves((old_record or {}).get("machine"), (new_record or {}).get("machine")) \
-        or _machine_moves(row)
+    records = (comparison.old, comparison.new) if comparison else ({}, {})
+    moved = machine_moves(*(record.get("machine") for record in records)) or _machine_moves(row)
     return ([Cause.changed(MACHINE, moved)] if moved else []) + [Cause(NOT_RECORDED)]
 
 
@@ -206,10 +205,10 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
     rows = [(side, row) for side, (_, row) in zip(merged["_merge"], merged.iterrows(), strict=True)]
     judged = [ADDED if side == "right_only" else REMOVED if side == "left_only" else verdict(row)
               for side, row in rows]
+    differs = [side == "both" and _differs(row) for side, row in rows]
     comparison = Comparison(old_record, new_record) if old_record and new_record else None
-    causes = [explain(row, comparison, old_record, new_record)
-              if v in (FLIPPED, CHANGED, NOT_COMPARABLE) or (v not in (ADDED, REMOVED) and _differs(row)) else []
-              for v, (_, row) in zip(judged, rows, strict=True)]
+    causes = [explain(row, comparison) if v in (FLIPPED, CHANGED, NOT_COMPARABLE) or d else []
+              for v, d, (_, row) in zip(judged, differs, rows, strict=True)]
     out = merged[ID_COLUMNS].copy()
     out["unit"] = merged["unit_new"].fillna(merged["unit_old"])
     out["old"], out["new"] = merged["value_old"], merged["value_new"]
@@ -223,7 +222,7 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
     # the machines each number was measured on: what the report names when timings cannot be compared
     out["fingerprint_old"] = merged.get("machine_fingerprint_old")
     out["fingerprint_new"] = merged.get("machine_fingerprint_new")
-    out["deterministic_differs"] = [side == "both" and _differs(row) for side, row in rows]
+    out["deterministic_differs"] = differs
     out["cause_kind"] = [c[0].kind if c else None for c in causes]
     out["causes"] = [tuple(c) for c in causes]
     out["cause"] = [CAUSE_SEPARATOR.join(map(render, c)) if c else None for c in causes]
