@@ -46,8 +46,8 @@ def reproducibility_line(diff: pd.DataFrame, old_label: str, machine: str | None
     """"N of M deterministic metrics identical to …; K differ by ≤ ε"; `machine` names how the machines differ."""
     r = reproducibility(diff)
     where = f" (another machine: {machine})" if machine else " (the same machine)"
-    within = (f"; {r['within_tolerance']} differ by ≤ {IDENTICAL_RTOL:g} relative (at most "
-              f"{r['largest_within']:.1e})" if r["within_tolerance"] else "")
+    within = (f"; {r['within_tolerance']} differ by ≤ {fmt(IDENTICAL_RTOL)} relative (at most "
+              f"{fmt(r['largest_within'])})" if r["within_tolerance"] else "")
     beyond = f"; {r['differ']} differ beyond that, each with its cause" if r["differ"] else ""
     return f"{r['identical']} of {r['total']} deterministic metrics identical to {old_label}{where}{within}{beyond}."
 
