@@ -24,6 +24,16 @@ NOISE_WORDS = {NOISE_FLOOR: "± noise floor", BOOTSTRAP_CI: "95% bootstrap CI", 
                EXACT: "exact"}
 
 
+def theirs(label: str) -> str:
+    """The header of the seed page's value of `label` (their model, their machine), shown beside ours."""
+    return f"{label}, seed page (theirs)"
+
+
+def per_engine(label: str, engine: str, unit: str = "×") -> str:
+    """One engine's column of a quantity measured on every engine ('measured, eager (×)')."""
+    return f"{label}, {engine} ({unit})"
+
+
 @dataclass(frozen=True)
 class Table:
     key: str  # the name the report reads it by

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from inferlab.spec import EXACT, REP_RANGE, Export, Figure, Metric, Spec, Table
+from inferlab.spec import EXACT, REP_RANGE, Export, Figure, Metric, Spec, Table, theirs
 
+# The headers of the columns the report computes for Experiment 1's compact table (in no Parquet table).
+GENERATED_TOKENS = "generated tokens"
+FLOP_ESTIMATE = "FLOP estimate (×)"
+SEED_CPU_RATIO = theirs("CPU") + " (×)"
 _TIMED = {"noise": REP_RANGE, "timing": True}
 
 SPEC = Spec(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from inferlab.spec import NOISE_FLOOR, REP_RANGE, Export, Figure, Metric, Spec, Table
+from inferlab.spec import NOISE_FLOOR, REP_RANGE, Export, Figure, Metric, Spec, Table, theirs
+
+SEED_DELTA_LOSS = theirs("Δ loss")
+# The seed page's schemes (their Δ loss beside ours): our scheme name -> the seed reference's key.
+SEED_SCHEMES = {"int4_per_tensor_sym": "int4_per_tensor_sym_delta", "int4_gptq": "int4_gptq_delta"}
 
 SPEC = Spec(
     name="quant",

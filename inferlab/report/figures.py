@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from inferlab.experiments import FIGURES as CATALOG  # noqa: E402
+from inferlab.quant.spec import SEED_SCHEMES  # noqa: E402
 from inferlab.review.numbers import fmt  # noqa: E402
 from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
@@ -220,8 +221,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
         handles.append(ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our floor ±{fmt(floor)}"))
     if seed_floor is not None:
         handles.append(ax.axvline(seed_floor, color="grey", linestyle="--", label=f"seed page's floor {seed_floor}"))
-    theirs = {"int4_per_tensor_sym": (seed_quant or {}).get("int4_per_tensor_sym_delta"),
-              "int4_gptq": (seed_quant or {}).get("int4_gptq_delta")}
+    theirs = {scheme: (seed_quant or {}).get(key) for scheme, key in SEED_SCHEMES.items()}
     marks = [(scheme, value) for scheme, value in theirs.items() if value is not None and scheme in set(s["scheme"])]
     if marks:
         handles.append(ax.plot([v for _, v in marks], [k for k, _ in marks], "kD", markersize=5,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from inferlab.spec import BOOTSTRAP_CI, Export, Figure, Metric, Spec, Table
+from inferlab.sampling.grid import GREEDY, HUMAN
+from inferlab.spec import BOOTSTRAP_CI, Export, Figure, Metric, Spec, Table, theirs
+
+SEED_KEPT = theirs("kept")
+# The rows of the cell table named for what they are (the other rows are cells, by id).
+ROW_NAMES = {GREEDY: "greedy (baseline)", HUMAN: "reference: validation text (human)"}
 
 # Which way each repetition metric is better; a metric not listed (a new one) has no direction.
 REPETITION_DIRECTION = {"seq_rep_4": False, "distinct_1": True, "distinct_2": True,

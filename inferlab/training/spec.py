@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from inferlab.spec import Export, Figure, Spec, Table
+from inferlab.spec import Export, Figure, Spec, Table, theirs
+
+SEED_PARAMS = theirs("params")
 
 SPEC = Spec(
     name="models",

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferlab.quant.spec import SEED_SCHEMES
 from inferlab.report.inputs import ReportInputError, ReportInputs
 from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
-
-# The seed page's schemes (their Δ loss beside ours): our scheme name -> the seed reference's key.
-SEED_SCHEMES = {"int4_per_tensor_sym": "int4_per_tensor_sym_delta", "int4_gptq": "int4_gptq_delta"}
 
 
 @dataclass

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferlab.report.display import SEED_KEPT
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
 from inferlab.sampling.grid import GREEDY, HUMAN, sampling_cells
+from inferlab.sampling.spec import SEED_KEPT
 from inferlab.sampling.summary_table import wide_summary
 
 # The columns M2 reads from the default record (repetition.choose_default or human_match.choose_human_match).

@@ -6,14 +6,15 @@ import math
 
 import pandas as pd
 
+from inferlab.kvcache.spec import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO
 from inferlab.report import figures as F
-from inferlab.report.display import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO, per_engine
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
 from inferlab.report.milestones.kvcache import kv_ratio_by_length
 from inferlab.report.render import Document
 from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
 from inferlab.review.numbers import fmt
+from inferlab.spec import per_engine
 
 
 def ratio_table(summary: pd.DataFrame, fit: pd.DataFrame | None, seed: dict) -> pd.DataFrame:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from inferlab.quant.spec import SEED_DELTA_LOSS, SEED_SCHEMES
 from inferlab.report import figures as F
-from inferlab.report.display import SEED_DELTA_LOSS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
-from inferlab.report.milestones.quant import SEED_SCHEMES
 from inferlab.report.render import Document
 from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
 from inferlab.review.numbers import fmt

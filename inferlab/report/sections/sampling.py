@@ -5,16 +5,15 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
-from inferlab.report.display import SEED_KEPT
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.milestones.sampling import cell_table
 from inferlab.report.render import Document
 from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
 from inferlab.sampling.grid import GREEDY, HUMAN
+from inferlab.sampling.spec import ROW_NAMES, SEED_KEPT
 
 NEAREST = 4  # cells shown after the default, closest to human text first
-ROW_NAMES = {GREEDY: "greedy (baseline)", HUMAN: "reference: validation text (human)"}
 
 
 def readable(table: pd.DataFrame) -> pd.DataFrame:

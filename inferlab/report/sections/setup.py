@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
-from inferlab.report.display import SEED_PARAMS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.render import Document
 from inferlab.review.numbers import fmt
+from inferlab.training.spec import SEED_PARAMS
 
 
 def model_rows(data: ReportInputs, seed: dict) -> list[dict]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 
 from inferlab.report import figures as F
-from inferlab.report.display import per_engine
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
 from inferlab.report.render import Document
 from inferlab.report.sections.common import experiment, findings, missing_note, verdict
+from inferlab.spec import per_engine
 
 # measured on the first engine: acceptance and yield do not depend on the engine, only the wall clock does
 SHARED = ["draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
