@@ -40,6 +40,7 @@ class Table:
     rule: str  # the rule that writes it ...
     output: str | int  # ... as this output of the rule
     title: str  # what it holds: the title of its appendix entry
+    reads: tuple[str, ...] = ()  # the columns its milestone reads (ReportInputs.require checks them)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,11 @@ SEED_SCHEMES = {"int4_per_tensor_sym": "int4_per_tensor_sym_delta", "int4_gptq":
 SPEC = Spec(
     name="quant",
     tables=(
-        Table("quant_summary", "quant_summary", "summary", "Quantization: every scheme"),
-        Table("quant_choice", "quant_summary", "choice", "Quantization: the choice rule"),
+        Table("quant_summary", "quant_summary", "summary", "Quantization: every scheme",
+              reads=("scheme", "delta_loss", "within_noise")),
+        Table("quant_choice", "quant_summary", "choice", "Quantization: the choice rule",
+              reads=("scheme", "within_noise", "delta_loss", "reason", "measured", "smallest_delta_scheme",
+                     "smallest_delta_loss")),
     ),
     metrics=(
         Metric("delta_loss", "quant_summary", "delta_loss", "{scheme}", "nats", NOISE_FLOOR, spread="noise_floor",

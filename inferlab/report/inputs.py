@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferlab.experiments import TABLES
 from inferlab.jobs.tables import read_json, read_provenance
 
 
@@ -44,12 +45,13 @@ class ReportInputs:
     def missing(self, *keys: str) -> list[str]:
         return [self.paths.get(k, k) for k in keys if self.tables.get(k) is None and self.json.get(k) is None]
 
-    def require(self, key: str, *columns: str) -> pd.DataFrame:
-        """The table `key`, after checking it has `columns`; a clear error names table and column."""
+    def require(self, key: str) -> pd.DataFrame:
+        """The table `key`, after checking it has the columns its spec says the report reads; a clear error
+        names table and column."""
         df = self.tables.get(key)
         if df is None:
             raise ReportInputError(f"the report needs the table {self.paths.get(key, key)!r}, which was not loaded")
-        absent = [c for c in columns if c not in df.columns]
+        absent = [c for c in TABLES[key].reads if c not in df.columns]
         if absent:
             rule = self.producers.get(key, "?")
             raise ReportInputError(

@@ -17,10 +17,14 @@ SPEC = Spec(
     name="sampling",
     tables=(
         Table("sp_logits", "sampling_distribution", "logits", "Sampling: the exported next-token logits"),
-        Table("sp_distribution", "sampling_distribution", "table", "Sampling: next-token distribution per cell"),
-        Table("sp_repetition", "sampling_repetition", "summary", "Sampling: repetition metrics per cell (long form)"),
+        Table("sp_distribution", "sampling_distribution", "table", "Sampling: next-token distribution per cell",
+              reads=("cell", "kept")),
+        Table("sp_repetition", "sampling_repetition", "summary", "Sampling: repetition metrics per cell (long form)",
+              reads=("cell",)),
         Table("sp_samples", "sampling_repetition", "examples", "Sampling: example texts"),
-        Table("sp_default", "sampling_default", "default", "Sampling: the default and the min-p decision"),
+        # the default record (repetition.choose_default or human_match.choose_human_match)
+        Table("sp_default", "sampling_default", "default", "Sampling: the default and the min-p decision",
+              reads=("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")),
         Table("sp_distance", "sampling_default", "distances", "Sampling: distance of each cell to held-out human text"),
     ),
     metrics=(

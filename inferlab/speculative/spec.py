@@ -13,9 +13,17 @@ _TIMED = ("speedup_theory_time", "speedup_forward_model", "speedup_at_bound")
 SPEC = Spec(
     name="speculative",
     tables=(
-        Table("spec_summary", "speculative_summary", "summary", "Speculative: every (engine, draft, k) group"),
-        Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion"),
-        Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case"),
+        # speculative_summary: summarise, with_step_bounds, with_compile_seconds, with_job_speed_spread; M3
+        # reads these, a round's accounting and each step against its bound are in the appendix's table
+        Table("spec_summary", "speculative_summary", "summary", "Speculative: every (engine, draft, k) group",
+              reads=("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
+                     "c_time", "speedup_theory_params", "speedup_theory_time", "wall_speedup", "verify_cost_ratio",
+                     "c_time_in_round", "compile_s", "packages", "target_step_ms", "c_params",
+                     "target_step_bound_ms", "draft_step_bound_ms", "verify_bound_ratio", "job_speeds_differ")),
+        Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion",
+              reads=("criterion", "draft", "k", "reason")),
+        Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case",
+              reads=("identical",)),
     ),
     metrics=(
         *(Metric(name, "spec_summary", name, GROUP, unit, higher_is_better=True) for name, unit in _EXACT),

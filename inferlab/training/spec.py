@@ -9,7 +9,8 @@ SEED_PARAMS = theirs("params")
 SPEC = Spec(
     name="models",
     tables=(
-        Table("noise_floor", "noise_floor", 0, "Noise floor: reruns that differ only in seed"),
+        Table("noise_floor", "noise_floor", 0, "Noise floor: reruns that differ only in seed",
+              reads=("floor", "floor_source")),
         Table("corpus_stats", "prepare_corpus", "stats", "Corpus statistics"),
     ),
     # the models' validation losses come from their meta.json, not a table: inferlab.review.metrics.model_rows

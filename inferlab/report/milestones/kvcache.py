@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from inferlab.experiments import TABLES
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
@@ -25,10 +26,6 @@ from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import fmt
 from inferlab.review.numbers import number as _num
 
-# The columns M1 reads (kvbench.fit_table, roofline.our_roofline).
-FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
-               "fixed_share_no_cache", "a_cache_ms")
-ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_over_bound")
 # The compiled engine's target: its cached step within this many times the roofline bound.
 COMPILED_BOUND_TARGET = 1.6
 FIT_TOLERANCE = 0.25  # the fit "explains" the measured ratio when it lands within 25% of it
@@ -112,7 +109,7 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
     ev.decode_step_kernels = decode_step_kernels(data.provenance.get("kv_profile", {}), engine)
     fit = _row_at(engine_rows(data.table("kv_fit"), engine), length)
     if fit is not None:
-        for name in FIT_COLUMNS[1:]:
+        for name in TABLES["kv_fit"].reads[1:]:
             setattr(ev, name, _num(fit[name]))
     profile = engine_rows(data.table("kv_profile"), engine)
     if profile is not None and len(profile):
@@ -163,12 +160,12 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M1", title, stamps)
     if absent is not None:
         return absent
-    data.require("kv_summary", "length", "speed_ratio", "speed_ratio_min", "speed_ratio_max")
-    timings = data.require("kv_timings", "same_output", "kv_bytes_per_token")
-    data.require("kv_fit", *FIT_COLUMNS)
-    data.require("kv_profile", "op_share", "op_ms", "wall_ms")
+    data.require("kv_summary")
+    timings = data.require("kv_timings")
+    data.require("kv_fit")
+    data.require("kv_profile")
     if data.has("roofline"):
-        data.require("roofline", *ROOFLINE_COLUMNS)
+        data.require("roofline")
     engines = {e: kv_engine(data, e) for e in engines_in(data.table("kv_summary"))}
     same = timings["same_output"].astype(bool)
     seed = data.seed_reference.get("kvcache", {})

@@ -48,10 +48,9 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M4", title, stamps)
     if absent is not None:
         return absent
-    summary = data.require("quant_summary", "scheme", "delta_loss", "within_noise")
-    nf = data.require("noise_floor", "floor", "floor_source")
-    choice = data.require("quant_choice", "scheme", "within_noise", "delta_loss", "reason", "measured",
-                          "smallest_delta_scheme", "smallest_delta_loss")
+    summary = data.require("quant_summary")
+    nf = data.require("noise_floor")
+    choice = data.require("quant_choice")
     if choice.empty:
         raise ReportInputError(f"{data.paths.get('quant_choice', 'quant_choice')} has no row")
     stamps["repeats"] += f"; noise floor from {len(nf)} training runs ({nf['floor_source'].iloc[0]})"

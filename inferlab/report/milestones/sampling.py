@@ -14,8 +14,6 @@ from inferlab.sampling.grid import GREEDY, HUMAN, sampling_cells
 from inferlab.sampling.spec import SEED_KEPT
 from inferlab.sampling.summary_table import wide_summary
 
-# The columns M2 reads from the default record (repetition.choose_default or human_match.choose_human_match).
-DEFAULT_COLUMNS = ("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")
 CELL_COLUMNS = ["cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"]
 
 
@@ -141,9 +139,9 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M2", title, stamps)
     if absent is not None:
         return absent
-    rep = data.require("sp_repetition", "cell")
-    default = data.require("sp_default", *DEFAULT_COLUMNS)
-    dist = data.require("sp_distribution", "cell", "kept").set_index("cell")
+    rep = data.require("sp_repetition")
+    default = data.require("sp_default")
+    dist = data.require("sp_distribution").set_index("cell")
     expected = set(sampling_cells(data.config["sampling"])) if "sampling" in data.config else set()
     present = set(rep["cell"].astype(str))
     seed = data.seed_reference
