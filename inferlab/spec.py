@@ -41,6 +41,7 @@ class Table:
     output: str | int  # ... as this output of the rule
     title: str  # what it holds: the title of its appendix entry
     reads: tuple[str, ...] = ()  # the columns its milestone reads (ReportInputs.require checks them)
+    timed: bool = False  # its timings carry the milestone's caveats (contended, different nodes)
 
 
 @dataclass(frozen=True)

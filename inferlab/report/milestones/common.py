@@ -103,17 +103,6 @@ def engine_label(df: pd.DataFrame, engine: str) -> str:
 # ------------------------------------------------------------------------------------ caveats
 
 
-def contended(data: ReportInputs, *keys: str) -> bool:
-    """Whether any of the tables' timings were flagged contended (column or provenance)."""
-    for key in keys:
-        df = data.table(key)
-        if df is not None and "contended" in df.columns and bool(df["contended"].fillna(False).astype(bool).any()):
-            return True
-        if bool(data.provenance.get(key, {}).get("contended", False)):
-            return True
-    return False
-
-
 def _nodes_of(value, found: set[str]) -> None:
     """Collects the `node` of every machine stamp nested in a provenance value."""
     if isinstance(value, dict):
@@ -123,17 +112,17 @@ def _nodes_of(value, found: set[str]) -> None:
             _nodes_of(inner, found)
 
 
-def nodes_in(data: ReportInputs, *keys: str) -> list[str]:
-    """Every node named by a machine stamp in the tables' provenance (the main stamp and per-job ones)."""
-    found: set[str] = set()
-    for key in keys:
-        _nodes_of(data.provenance.get(key, {}), found)
-    return sorted(found)
-
-
-def timing(data: ReportInputs, stamps: dict, *keys: str) -> Timing:
-    """The tables' timing caveats; also marks stamps["contended"] and stamps["nodes"]."""
-    caveat = Timing(contended(data, *keys), nodes_in(data, *keys))
+def timing(data: ReportInputs, stamps: dict, milestone: str) -> Timing:
+    """The caveats of the milestone's timed tables: contended when a table's column or provenance flags it,
+    and every node their provenance's machine stamps name (the main stamp and per-job ones). Also marks
+    stamps["contended"] and stamps["nodes"]."""
+    contended, nodes = False, set()
+    for key in [table.key for table in MILESTONES[milestone].tables if table.timed]:
+        df, provenance = data.table(key), data.provenance.get(key, {})
+        contended |= bool(provenance.get("contended", False)) or (
+            df is not None and "contended" in df.columns and bool(df["contended"].fillna(False).astype(bool).any()))
+        _nodes_of(provenance, nodes)
+    caveat = Timing(contended, sorted(nodes))
     if caveat.contended:
         stamps["contended"] = True
     if len(caveat.nodes) > 1:

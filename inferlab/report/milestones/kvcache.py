@@ -173,7 +173,7 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         int(same.sum()), len(same),
         {str(e): int((~g).sum()) for e, g in same.groupby(timings["engine"], sort=False)},
         _num(timings["kv_bytes_per_token"].iloc[0]), _num(seed.get("cpu_ratio_at_256")),
-        timing(data, stamps, "kv_timings", "kv_summary", "kv_fit", "kv_steps", "kv_profile"))
+        timing(data, stamps, "M1"))
     p = ev.primary
     if p.predicted_ratio is not None and p.flop_estimate_ratio is not None:
         miss = abs(p.predicted_ratio - p.ratio)
