@@ -98,6 +98,8 @@ class Spec:
     optional: tuple[str, ...] = ()  # read when present (a check degrades without them)
     reviewed: tuple[str, ...] = ()  # the metric experiments the milestone's card summarises
     overlay: tuple[str, str] | None = None  # (metric, title): the changes figure's panel of this experiment
+    body: tuple[str, ...] = ()  # its section's table: the columns, in order (those present)
+    body_needs: tuple[str, ...] = ()  # without these tables its section says MISSING in the table's place
 
     @property
     def inputs(self) -> tuple[str, ...]:

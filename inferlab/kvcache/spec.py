@@ -75,5 +75,6 @@ SPEC = Spec(
     required=("kv_timings", "kv_summary", "kv_fit", "kv_profile"),
     optional=("roofline",),
     reviewed=("kvcache", "roofline"),
+    body_needs=("kv_timings", "kv_summary"),
     overlay=("speed_ratio", "KV cache: no-cache / cache time, by length"),
 )

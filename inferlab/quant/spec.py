@@ -42,4 +42,6 @@ SPEC = Spec(
     optional=("quant_choice",),
     reviewed=("quant", "models"),
     overlay=("delta_loss", "Quantization: Δ validation loss, ± noise floor"),
+    body=("scheme", "bits", "delta_loss", SEED_DELTA_LOSS, "kl_mean_nats", "top1_agreement", "within_noise"),
+    body_needs=("quant_summary",),
 )

@@ -13,6 +13,7 @@ import pandas as pd
 
 from inferlab import experiments
 from inferlab.report.inputs import ReportInputs
+from inferlab.training.spec import MODEL_FIELDS
 
 INFERENCE_SCHEMA = "inferlab/c13-inference@1"
 PRECOMPUTED_SCHEMA = "inferlab/precomputed@1"
@@ -50,10 +51,6 @@ def _sections(data: ReportInputs, file: str) -> dict:
 def inference_export(data: ReportInputs, stamps: dict, generated: dict) -> dict:
     """KV-cache speeds and the sampling distributions / repetition (the seed's c13-inference.json)."""
     return {"schema": INFERENCE_SCHEMA, **_head(stamps, generated), **_sections(data, "inference")}
-
-
-MODEL_FIELDS = ("params", "val_loss", "weights_sha256", "tokens_per_s", "train_seconds", "steps", "tokens_seen",
-                "precision")
 
 
 def precomputed_export(data: ReportInputs, stamps: dict, generated: dict) -> dict:

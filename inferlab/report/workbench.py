@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-GRID_COLUMNS = ["cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "entropy_bits", "kept"]
+from inferlab.sampling.spec import GRID_COLUMNS
 
 
 def _json_for_script(obj) -> str:

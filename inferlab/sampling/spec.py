@@ -8,6 +8,9 @@ from inferlab.spec import BOOTSTRAP_CI, Export, Figure, Metric, Spec, Table, the
 SEED_KEPT = theirs("kept")
 # The rows of the cell table named for what they are (the other rows are cells, by id).
 ROW_NAMES = {GREEDY: "greedy (baseline)", HUMAN: "reference: validation text (human)"}
+# The appendix's example texts, and the distribution table's columns the sampling workbench recomputes.
+EXAMPLE_COLUMNS = ("cell", "source", "prompt", "sample", "seq_rep_4", "in_corpus_4gram_share", "text")
+GRID_COLUMNS = ("cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "entropy_bits", "kept")
 
 # Which way each repetition metric is better; a metric not listed (a new one) has no direction.
 REPETITION_DIRECTION = {"seq_rep_4": False, "distinct_1": True, "distinct_2": True,
@@ -61,4 +64,6 @@ SPEC = Spec(
     milestone="M2",
     required=("sp_distribution", "sp_repetition", "sp_default"),
     reviewed=("sampling",),
+    body=("cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"),
+    body_needs=("sp_repetition", "sp_default"),
 )

@@ -5,6 +5,9 @@ from __future__ import annotations
 from inferlab.spec import Export, Figure, Spec, Table, theirs
 
 SEED_PARAMS = theirs("params")
+# The checkpoints' meta.json fields precomputed.json carries per model.
+MODEL_FIELDS = ("params", "val_loss", "weights_sha256", "tokens_per_s", "train_seconds", "steps", "tokens_seen",
+                "precision")
 
 SPEC = Spec(
     name="models",

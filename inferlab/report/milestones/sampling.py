@@ -12,9 +12,8 @@ from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
 from inferlab.sampling.grid import GREEDY, HUMAN, sampling_cells
 from inferlab.sampling.spec import SEED_KEPT
+from inferlab.sampling.spec import SPEC as SAMPLING
 from inferlab.sampling.summary_table import wide_summary
-
-CELL_COLUMNS = ["cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"]
 
 
 @dataclass
@@ -78,7 +77,7 @@ def cell_table(data: ReportInputs, seed: dict) -> pd.DataFrame:
     order = table["cell"].map({HUMAN: 0, GREEDY: 1}).fillna(2)
     sort = ["_order", "distance"] if "distance" in table else ["_order"]
     table = table.assign(_order=order).sort_values(sort, kind="stable").drop(columns="_order")
-    return table[[c for c in CELL_COLUMNS if c in table.columns]].reset_index(drop=True)
+    return table[[c for c in SAMPLING.body if c in table.columns]].reset_index(drop=True)
 
 
 def _table_facts(ev: SamplingEvidence, table: pd.DataFrame) -> None:

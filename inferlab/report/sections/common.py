@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from inferlab.experiments import TABLES
+from inferlab.experiments import MILESTONES, TABLES
 from inferlab.report import narrative
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
@@ -24,12 +24,14 @@ def without_empty_theirs(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=empty)
 
 
-def missing_note(doc: Document, data: ReportInputs, *keys: str) -> bool:
-    missing = data.missing(*keys)
+def missing_section(doc: Document, data: ReportInputs, m: Milestone) -> bool:
+    """Without the tables its spec's body needs, the section says MISSING and gives the verdict alone."""
+    missing = data.missing(*MILESTONES[m.id].body_needs)
     if missing:
         doc.add(
             "p", "MISSING: this section's tables were not produced in this workflow run: " + ", ".join(missing) + "."
         )
+        verdict(doc, m)
     return bool(missing)
 
 

@@ -6,13 +6,13 @@ import math
 
 import pandas as pd
 
+from inferlab.experiments import FIGURES
 from inferlab.kvcache.spec import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO
-from inferlab.report import figures as F
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
 from inferlab.report.milestones.kvcache import kv_ratio_by_length
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
+from inferlab.report.sections.common import experiment, findings, missing_section, verdict, without_empty_theirs
 from inferlab.review.numbers import fmt
 from inferlab.spec import per_engine
 
@@ -78,11 +78,10 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
         prediction = "MISSING: results/kvcache/fit.parquet (FLOP estimate)."
     experiment(doc, "Experiment 1: KV cache against no cache",
                "How many times faster does our model generate with a KV cache than without, and why?", prediction)
-    if missing_note(doc, data, "kv_timings", "kv_summary"):
-        verdict(doc, m)
+    if missing_section(doc, data, m):
         return
     table = ratio_table(data.table("kv_summary"), fit, seed)
-    doc.add("figure", "kvcache_ratio", F.FIGURES["kvcache_ratio"])
+    doc.add("figure", "kvcache_ratio", FIGURES["kvcache_ratio"].title)
     full = doc.full_table("kv-ratios", "KV cache: speed ratio per engine and length, with min-max over reruns",
                           kv_ratio_by_length(data.table("kv_summary")))
     doc.add("table", without_empty_theirs(table), "Speed ratio no-cache / cache time (median of paired reruns; "

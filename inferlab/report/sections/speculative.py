@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import pandas as pd
 
-from inferlab.report import figures as F
+from inferlab.experiments import FIGURES
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_note, verdict
+from inferlab.report.sections.common import experiment, findings, missing_section, verdict
 from inferlab.spec import per_engine
-
-# measured on the first engine: acceptance and yield do not depend on the engine, only the wall clock does
-SHARED = ["draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
-          "speedup_theory_params"]
+from inferlab.speculative.spec import SPEC as SPECULATIVE
 
 
 def group_table(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (draft, k): acceptance, yield against the formula, the theory speedup, the wall clock per engine."""
     engines = engines_in(summary)
     first = summary[summary["engine"] == engines[0]]
-    table = first[[c for c in SHARED if c in first.columns]].sort_values(["draft", "k"]).reset_index(drop=True)
+    shared = [c for c in SPECULATIVE.body if c in first.columns]
+    table = first[shared].sort_values(["draft", "k"]).reset_index(drop=True)
     for engine in engines:
         wall = summary[summary["engine"] == engine].set_index(["draft", "k"])["wall_speedup"]
         table[per_engine("wall clock", engine)] = [wall.get((d, k)) for d, k in zip(table["draft"], table["k"],
@@ -37,11 +35,10 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
     experiment(doc, "Experiment 3: speculative sampling",
                f"Which draft model and how many drafted tokens k make speculative sampling fastest for {data.target}, "
                "and does the formula predict what one round yields?", PREDICTION)
-    if missing_note(doc, data, "spec_summary"):
-        verdict(doc, m)
+    if missing_section(doc, data, m):
         return
     summary = data.table("spec_summary")
-    doc.add("figure", "speculative_yield", F.FIGURES["speculative_yield"])
+    doc.add("figure", "speculative_yield", FIGURES["speculative_yield"].title)
     full = doc.full_table("speculative-groups", "Speculative: every (engine, draft, k) group, with each round's "
                           "accounting, each step against its bound and each group's compile time", summary)
     doc.add("table", group_table(summary), "Per (draft, k): acceptance, yield against the formula, theory speedup "
