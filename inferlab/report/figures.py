@@ -198,7 +198,7 @@ def speculative_yield(summary: pd.DataFrame | None) -> bytes:
 
 
 def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: float | None,
-                seed_quant: dict | None = None) -> bytes:
+                seed_quant: dict) -> bytes:
     if summary is None or summary.empty:
         return placeholder(FIGURES["quant_delta"].title, "results/quant/summary.parquet")
     from matplotlib.patches import Patch
@@ -212,7 +212,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
         handles.append(ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our floor ±{fmt(floor)}"))
     if seed_floor is not None:
         handles.append(ax.axvline(seed_floor, color="grey", linestyle="--", label=f"seed page's floor {seed_floor}"))
-    theirs = {scheme: (seed_quant or {}).get(key) for scheme, key in SEED_SCHEMES.items()}
+    theirs = {scheme: seed_quant.get(key) for scheme, key in SEED_SCHEMES.items()}
     marks = [(scheme, value) for scheme, value in theirs.items() if value is not None and scheme in set(s["scheme"])]
     if marks:
         handles.append(ax.plot([v for _, v in marks], [k for k, _ in marks], "kD", markersize=5,

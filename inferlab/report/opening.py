@@ -85,11 +85,6 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
     return milestones
 
 
-def headline(m: Milestone) -> str:
-    """The milestone's one-sentence headline (narrative.headline)."""
-    return m.headline
-
-
 def _value(value, text) -> object:
     if isinstance(text, str):
         return text
@@ -205,7 +200,7 @@ def opening_blocks(milestones: list[Milestone], changes: Changes | None,
         since += " (a run of another configuration)"
     blocks: list[tuple] = unexplained_warnings(changes.table if changes is not None else None)
     blocks += [
-        ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
+        ("card", m, m.headline, stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
         for m in milestones
     ]
     blocks += reviewers or []

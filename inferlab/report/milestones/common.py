@@ -83,17 +83,15 @@ def engines_in(df: pd.DataFrame) -> list[str]:
     return sorted(found, key=lambda e: ENGINE_ORDER.index(e) if e in ENGINE_ORDER else len(ENGINE_ORDER))
 
 
-def engine_rows(df: pd.DataFrame | None, engine: str) -> pd.DataFrame | None:
+def engine_rows(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """The rows of one engine's block."""
-    if df is None:
-        return None
     return df[df["engine"] == engine].reset_index(drop=True)
 
 
 def engine_label(df: pd.DataFrame, engine: str) -> str:
     """'compiled' or, when the compile fell back, 'compiled (ran eager)'."""
     rows = engine_rows(df, engine)
-    if rows is not None and "engine_used" in rows.columns and len(rows):
+    if "engine_used" in rows.columns and len(rows):
         used = str(rows["engine_used"].iloc[0])
         if used != engine:
             return f"{engine} (ran {used})"

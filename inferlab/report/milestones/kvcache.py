@@ -90,8 +90,8 @@ def decode_step_kernels(provenance: dict, engine: str) -> dict | None:
     return steps[0] if steps else None
 
 
-def _row_at(df: pd.DataFrame | None, length: int) -> pd.Series | None:
-    if df is None or not len(df):
+def _row_at(df: pd.DataFrame, length: int) -> pd.Series | None:
+    if not len(df):
         return None
     return df[df["length"] == length].iloc[0] if (df["length"] == length).any() else df.iloc[-1]
 
@@ -112,12 +112,12 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
         for name in TABLES["kv_fit"].reads[1:]:
             setattr(ev, name, _num(fit[name]))
     profile = engine_rows(data.table("kv_profile"), engine)
-    if profile is not None and len(profile):
+    if len(profile):
         row = profile.iloc[0]
         ev.profile_op_share = _num(row["op_share"])
         split = {column: _num(row.get(column)) for column in STEP_SPLIT_COLUMNS}
         ev.step_split = split if all(value is not None for value in split.values()) else None
-    roofline = data.table("roofline") if data.has("roofline") else None
+    roofline = data.table("roofline")
     if roofline is not None:
         ours = roofline[(roofline["subject"] == "ours") & (roofline["engine"] == engine)]
         ev.roofline_bound_ms = _num(ours["lower_bound_ms_per_token"].iloc[0]) if len(ours) else None

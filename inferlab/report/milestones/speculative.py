@@ -89,12 +89,6 @@ def group_name(row: pd.Series) -> str:
     return f"{row['draft']} k={int(row['k'])}"
 
 
-def _pick(picks: pd.DataFrame, rows: pd.DataFrame, *criteria: str) -> pd.Series:
-    """The summary row of the group the producer picked by the first of `criteria` present."""
-    pick = picks[picks["criterion"].isin(criteria)].iloc[0]
-    return rows[(rows["draft"] == pick["draft"]) & (rows["k"] == pick["k"])].iloc[0]
-
-
 def _range(values: pd.Series) -> tuple[float, float]:
     return float(values.min()), float(values.max())
 
@@ -102,7 +96,8 @@ def _range(values: pd.Series) -> tuple[float, float]:
 def spec_engine(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> SpecEngine:
     rows, picks = engine_rows(summary, engine), engine_rows(best, engine)
     own = picks[picks["criterion"].isin(["chosen_for_engine", "chosen"])].iloc[0]
-    fastest = _pick(picks, rows, "wall_speedup")
+    pick = picks[picks["criterion"] == "wall_speedup"].iloc[0]
+    fastest = rows[(rows["draft"] == pick["draft"]) & (rows["k"] == pick["k"])].iloc[0]
     at_bound = picks[picks["criterion"] == "speedup_at_bound"].iloc[0]
     ev = SpecEngine(
         str(own["draft"]), int(own["k"]), {str(d): float(g["c_time"].iloc[0]) for d, g in rows.groupby("draft")},
