@@ -123,10 +123,8 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     write_table(milestones_table(milestones), paths.milestones, provenance=prov)
     generated = {k: run.get(k) for k in ("config_sha256", "git_commit", "git_dirty", "generated_at")}
     stamps = {m.id: m.stamps for m in milestones}
-    write_json(exports.inference_export(data, {k: stamps[k] for k in ("M1", "M2")}, generated), paths.inference_json)
-    write_json(
-        exports.precomputed_export(data, {k: stamps[k] for k in ("M3", "M4")}, generated), paths.precomputed_json
-    )
+    write_json(exports.inference_export(data, stamps, generated), paths.inference_json)
+    write_json(exports.precomputed_export(data, stamps, generated), paths.precomputed_json)
 
     logits = data.json.get("sp_logits")
     if logits:
