@@ -59,8 +59,6 @@ def block_view(doc: Document, block: tuple) -> dict:
         return {"kind": kind, **table_view(df, caption, slug, len(full.df) if full else None)}
     if kind == "figure":
         return {"kind": kind, **_figure_view(doc, block[1], block[2])}
-    if kind == "stamps":
-        return {"kind": kind, "lines": stamp_lines(block[1])}
     if kind == "milestone":
         return {"kind": kind, **_milestone_view(block[1])}
     if kind == "card":
