@@ -94,6 +94,7 @@ class Spec:
     figures: Mapping[str, Figure] = field(default_factory=dict)  # file stem -> figure
     exports: tuple[Export, ...] = ()
     milestone: str | None = None  # "M1": the milestone this experiment's tables decide
+    milestone_title: str = ""  # what it checks (its title after the id)
     required: tuple[str, ...] = ()  # without these tables the milestone is "missing"
     optional: tuple[str, ...] = ()  # read when present (a check degrades without them)
     reviewed: tuple[str, ...] = ()  # the metric experiments the milestone's card summarises

@@ -72,6 +72,7 @@ SPEC = Spec(
     exports=(Export("inference", "kvcache", {"timings": "kv_timings", "summary": "kv_summary", "fit": "kv_fit",
                                              "profile": "kv_profile", "roofline": "roofline"}),),
     milestone="M1",
+    milestone_title="KV cache: speed ratio at the longest length, same output, explanation",
     required=("kv_timings", "kv_summary", "kv_fit", "kv_profile"),
     optional=("roofline",),
     reviewed=("kvcache", "roofline"),

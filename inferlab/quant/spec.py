@@ -38,6 +38,7 @@ SPEC = Spec(
     figures={"quant_delta": Figure("Quantization: validation-loss increase per scheme", "4 Quantization")},
     exports=(Export("precomputed", "quantization", {"summary": "quant_summary", "choice": "quant_choice"}),),
     milestone="M4",
+    milestone_title="Quantization: a bit width and method with loss increase below the noise floor",
     required=("quant_summary", "noise_floor"),
     optional=("quant_choice",),
     reviewed=("quant", "models"),

@@ -62,6 +62,7 @@ SPEC = Spec(
                                               "default": "sp_default", "distance": "sp_distance",
                                               "logits": "sp_logits"}),),
     milestone="M2",
+    milestone_title="Sampling: full repetition table, a default chosen by a stated rule, min-p decision",
     required=("sp_distribution", "sp_repetition", "sp_default"),
     reviewed=("sampling",),
     body=("cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"),

@@ -61,6 +61,7 @@ SPEC = Spec(
     exports=(Export("precomputed", "speculative", {"summary": "spec_summary", "greedy_identity": "spec_identity",
                                                    "best": "spec_best"}),),
     milestone="M3",
+    milestone_title="Speculative: chosen draft and k with reason, greedy identity in every case",
     required=("spec_summary", "spec_identity"),
     optional=("spec_best",),
     reviewed=("speculative",),

@@ -11,11 +11,10 @@ from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
     ENGINE_ORDER,
-    FAIL,
-    PASS,
     Milestone,
     Target,
     Timing,
+    checked,
     engine_label,
     engine_rows,
     engines_in,
@@ -148,7 +147,6 @@ def kv_targets(ev: KvEvidence) -> list[Target]:
 
 def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
     """Pass/fail on the eager (seed-faithful) engine; same_output must hold on every engine."""
-    title = "M1 KV cache: speed ratio at the longest length, same output, explanation"
     reps = data.config.get("kvcache", {}).get("reps")
     stamps = stamps_for(
         data,
@@ -157,7 +155,7 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "no KV cache (every step recomputes the whole prefix), same prompt, greedy, batch 1",
         machine_fallback,
     )
-    absent = missing_milestone(data, "M1", title, stamps)
+    absent = missing_milestone(data, "M1", stamps)
     if absent is not None:
         return absent
     data.require("kv_summary")
@@ -185,4 +183,4 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         problems.append(f"outputs token-identical in only {ev.same_output} of {ev.runs} runs (differing: {differ})")
     if ev.primary.flop_estimate_ratio is None or ev.primary.a_ms is None:
         problems.append("the explanation lacks the FLOP estimate or the fit")
-    return Milestone("M1", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M1", ev, stamps, problems)

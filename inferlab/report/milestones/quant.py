@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from inferlab.quant.spec import SEED_SCHEMES
 from inferlab.report.inputs import ReportInputError, ReportInputs
-from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
+from inferlab.report.milestones.common import Milestone, Target, checked, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
 
@@ -37,7 +37,6 @@ class QuantEvidence:
 
 
 def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
-    title = "M4 Quantization: a bit width and method with loss increase below the noise floor"
     stamps = stamps_for(
         data,
         "quant_summary",
@@ -45,7 +44,7 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "fp32 weights of the same checkpoint",
         machine_fallback,
     )
-    absent = missing_milestone(data, "M4", title, stamps)
+    absent = missing_milestone(data, "M4", stamps)
     if absent is not None:
         return absent
     summary = data.require("quant_summary")
@@ -90,4 +89,4 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         problems.append(f"no scheme's loss increase is below the noise floor (smallest: {ev.smallest[0]})")
     elif not ev.within_noise:
         problems.append(f"the chosen scheme {ev.scheme}'s loss increase is not below the noise floor")
-    return Milestone("M4", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M4", ev, stamps, problems)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
+from inferlab.report.milestones.common import Milestone, Target, checked, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
 from inferlab.sampling.grid import GREEDY, HUMAN, sampling_cells
@@ -125,7 +125,6 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     """Pass: the table is complete (every cell, greedy, the human row), a default is chosen with its
     numbers and kept count, and the min-p decision is stated. A rule that found no cell inside its
     threshold (the old in-corpus floor) is a finding in the verdict, not a failure."""
-    title = "M2 Sampling: full repetition table, a default chosen by a stated rule, min-p decision"
     rcfg = data.config.get("sampling", {}).get("repetition", {})
     repeats = (
         f"{len(rcfg.get('prompts', []))} prompts x {rcfg.get('samples')} samples x "
@@ -135,7 +134,7 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     )
     stamps = stamps_for(data, "sp_repetition", repeats, "greedy decoding and held-out human text on the same prompts",
                         machine_fallback)
-    absent = missing_milestone(data, "M2", title, stamps)
+    absent = missing_milestone(data, "M2", stamps)
     if absent is not None:
         return absent
     rep = data.require("sp_repetition")
@@ -179,4 +178,4 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         problems.append("no min-p decision stated")
     if ev.chosen is not None and ev.kept is None:
         problems.append(f"no kept-token count for the default {ev.chosen} in the distribution table")
-    return Milestone("M2", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M2", ev, stamps, problems)

@@ -8,11 +8,10 @@ import pandas as pd
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
 from inferlab.report.milestones.common import (
-    FAIL,
-    PASS,
     Milestone,
     Target,
     Timing,
+    checked,
     engine_rows,
     engines_in,
     missing_milestone,
@@ -162,7 +161,6 @@ def _table_facts(ev: SpecEvidence, summary: pd.DataFrame, engines: list[str]) ->
 
 
 def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
-    title = "M3 Speculative: chosen draft and k with reason, greedy identity in every case"
     scfg = data.config.get("speculative", {})
     repeats = (
         f"{len(scfg.get('prompts', []))} prompts x {len(scfg.get('seeds', []))} seeds x "
@@ -175,7 +173,7 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "plain target sampling (target alone), same prompts, seeds and engine, timed interleaved in each group's job",
         machine_fallback
     )
-    absent = missing_milestone(data, "M3", title, stamps)
+    absent = missing_milestone(data, "M3", stamps)
     if absent is not None:
         return absent
     summary = data.require("spec_summary")
@@ -202,4 +200,4 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     if ev.greedy_identical != ev.greedy_cases or ev.greedy_cases == 0:
         problems.append(f"greedy speculative output matches target greedy in only {ev.greedy_identical} of "
                         f"{ev.greedy_cases} cases")
-    return Milestone("M3", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M3", ev, stamps, problems)
