@@ -128,18 +128,15 @@ def timing(data: ReportInputs, stamps: dict, milestone: str) -> Timing:
     return caveat
 
 
-def _title(milestone: str) -> str:
-    return f"{milestone} {MILESTONES[milestone].milestone_title}"
+def checked(milestone: str, evidence, stamps: dict, problems: list[str], missing: list[str] = ()) -> Milestone:
+    """The milestone as decided: "missing" without some of its tables, else "pass", or "fail" with the
+    problems that failed it."""
+    status = MISSING if missing else FAIL if problems else PASS
+    return Milestone(milestone, f"{milestone} {MILESTONES[milestone].milestone_title}", status, evidence, stamps,
+                     list(missing), problems)
 
 
 def missing_milestone(data: ReportInputs, milestone: str, stamps: dict) -> Milestone | None:
     """The milestone as "missing" when any table its spec requires is absent; else None."""
     missing = data.missing(*MILESTONES[milestone].required)
-    if not missing:
-        return None
-    return Milestone(milestone, _title(milestone), MISSING, stamps=stamps, missing_inputs=missing)
-
-
-def checked(milestone: str, evidence, stamps: dict, problems: list[str]) -> Milestone:
-    """The milestone as its check decided: "pass", or "fail" with the problems that failed it."""
-    return Milestone(milestone, _title(milestone), FAIL if problems else PASS, evidence, stamps, [], problems)
+    return checked(milestone, None, stamps, [], missing) if missing else None
