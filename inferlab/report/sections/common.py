@@ -35,25 +35,15 @@ def missing_section(doc: Document, data: ReportInputs, m: Milestone) -> bool:
     return bool(missing)
 
 
-def input_slug(key: str) -> str:
-    return f"input-{key}"
-
-
-def _title(key: str) -> str:
-    return TABLES[key].title if key in TABLES else key
-
-
 def appendix_of_inputs(doc: Document, data: ReportInputs) -> None:
-    """Every table the report read, complete, under its file name."""
-    for key, df in data.tables.items():
-        if df is not None:
-            source = data.paths.get(key, key)
-            doc.full_table(input_slug(key), f"{_title(key)} ({source})", df)
+    """Every table the report read, complete, under its file name; the corpus statistics (JSON) last."""
     stats = data.json.get("corpus_stats")
-    if stats:
-        doc.full_table(input_slug("corpus_stats"), f"{_title('corpus_stats')} "
-                       f"({data.paths.get('corpus_stats', 'corpus_stats')})",
-                       pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in stats.items()]))
+    tables = {**data.tables, "corpus_stats": pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in stats.items()])
+              if stats else None}
+    for key, df in tables.items():
+        if df is not None:
+            title = TABLES[key].title if key in TABLES else key
+            doc.full_table(f"input-{key}", f"{title} ({data.paths.get(key, key)})", df)
 
 
 def experiment(doc: Document, title: str, question: str, prediction: str) -> None:
