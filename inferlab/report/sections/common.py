@@ -24,17 +24,6 @@ def without_empty_theirs(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=empty)
 
 
-def missing_section(doc: Document, data: ReportInputs, m: Milestone) -> bool:
-    """Without the tables its spec's body needs, the section says MISSING and gives the verdict alone."""
-    missing = data.missing(*MILESTONES[m.id].body_needs)
-    if missing:
-        doc.add(
-            "p", "MISSING: this section's tables were not produced in this workflow run: " + ", ".join(missing) + "."
-        )
-        verdict(doc, m)
-    return bool(missing)
-
-
 def appendix_of_inputs(doc: Document, data: ReportInputs) -> None:
     """Every table the report read, complete, under its file name; the corpus statistics (JSON) last."""
     stats = data.json.get("corpus_stats")
@@ -46,19 +35,25 @@ def appendix_of_inputs(doc: Document, data: ReportInputs) -> None:
             doc.full_table(f"input-{key}", f"{title} ({data.paths.get(key, key)})", df)
 
 
-def experiment(doc: Document, title: str, question: str, prediction: str) -> None:
-    """The lab page's frame: the question in one sentence, then the prediction made before measuring."""
+def experiment(doc: Document, data: ReportInputs, m: Milestone, title: str, question: str, prediction: str) -> bool:
+    """The lab page's frame: the question in one sentence, then the prediction made before measuring. False
+    when a table its spec's body needs is absent: the section then says MISSING and gives the verdict alone."""
     doc.add("h2", title)
     doc.add("question", question)
     doc.add("prediction", prediction)
+    missing = data.missing(*MILESTONES[m.id].body_needs)
+    if missing:
+        doc.add(
+            "p", "MISSING: this section's tables were not produced in this workflow run: " + ", ".join(missing) + "."
+        )
+        doc.blocks += narrative.verdict_blocks(m)
+    return not missing
 
 
-def findings(doc: Document, m: Milestone) -> None:
-    """The three things to read straight off the table (the lab page's 三件事), from the milestone's evidence."""
+def conclude(doc: Document, m: Milestone, *notes: tuple) -> None:
+    """The three things to read straight off the table (the lab page's 三件事, from the milestone's evidence),
+    any notes, then the verdict."""
     sentences = narrative.findings(m)
     if sentences:
         doc.add("findings", sentences)
-
-
-def verdict(doc: Document, m: Milestone) -> None:
-    doc.blocks += narrative.verdict_blocks(m)
+    doc.blocks += [*notes, *narrative.verdict_blocks(m)]

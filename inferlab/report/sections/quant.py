@@ -10,7 +10,7 @@ from inferlab.quant.spec import SPEC as QUANT
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_section, verdict, without_empty_theirs
+from inferlab.report.sections.common import conclude, experiment, without_empty_theirs
 from inferlab.review.numbers import fmt
 
 
@@ -33,11 +33,11 @@ def shown_rows(table: pd.DataFrame, chosen: str) -> pd.DataFrame:
 def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
     nf = data.table("noise_floor")
     floor = f" ({fmt(float(nf['floor'].iloc[0]))} nats, from our reruns)" if nf is not None else " (missing)"
-    experiment(doc, "Experiment 4: weight quantization",
-               "To how few bits can the weights go before the validation loss rises above the noise floor?",
-               f"A scheme is indistinguishable from fp32 when its validation-loss increase is below the noise floor"
-               f"{floor}. Finer scales (per channel, small groups) and GPTQ should lose less at 4 and 3 bits.")
-    if missing_section(doc, data, m):
+    if not experiment(doc, data, m, "Experiment 4: weight quantization",
+                      "To how few bits can the weights go before the validation loss rises above the noise floor?",
+                      f"A scheme is indistinguishable from fp32 when its validation-loss increase is below the noise "
+                      f"floor{floor}. Finer scales (per channel, small groups) and GPTQ should lose less at 4 and 3 "
+                      "bits."):
         return
     choice = data.table("quant_choice")
     table = scheme_table(data.table("quant_summary"), seed)
@@ -47,5 +47,4 @@ def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -
                                                      and len(choice) else "")),
             "Per bit width the smallest and largest validation-loss increase over fp32, full validation split "
             "(the tied embedding stays fp32)", full)
-    findings(doc, m)
-    verdict(doc, m)
+    conclude(doc, m)

@@ -9,7 +9,7 @@ from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.milestones.sampling import cell_table
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_section, verdict, without_empty_theirs
+from inferlab.report.sections.common import conclude, experiment, without_empty_theirs
 from inferlab.sampling.grid import GREEDY, HUMAN
 from inferlab.sampling.spec import EXAMPLE_COLUMNS, ROW_NAMES, SEED_KEPT
 
@@ -49,10 +49,9 @@ PREDICTION = ("Raising T flattens the distribution, so entropy and the kept coun
 
 
 def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
-    experiment(doc, "Experiment 2: temperature × top-p (and min-p)",
-               "Which temperature and truncation should be our default, judged by how close the text comes to "
-               "human text?", PREDICTION)
-    if missing_section(doc, data, m):
+    if not experiment(doc, data, m, "Experiment 2: temperature × top-p (and min-p)",
+                      "Which temperature and truncation should be our default, judged by how close the text comes "
+                      "to human text?", PREDICTION):
         return
     chosen = str(data.table("sp_default").iloc[0]["cell"])
     table = cell_table(data, seed)
@@ -62,11 +61,10 @@ def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict
     doc.add("table", without_empty_theirs(readable(shown_rows(table, chosen))),
             "Cells against held-out human text (the 'human' row: validation text scored the same way, not model "
             "output); closest to human text first", full)
-    findings(doc, m)
     samples = data.table("sp_samples")
     if samples is not None and "text" in samples.columns:
         doc.full_table("sampling-examples", "Sampling: one example text per cell (first 60 characters), and the "
                        "held-out validation text they are measured against", example_texts(samples))
-    doc.add("note", "Example texts per cell are in the appendix. The sampling workbench (sampling-workbench.html) "
-            "recomputes every cell's distribution in the browser from the same logits.")
-    verdict(doc, m)
+    conclude(doc, m, ("note", "Example texts per cell are in the appendix. The sampling workbench "
+                      "(sampling-workbench.html) recomputes every cell's distribution in the browser from the same "
+                      "logits."))

@@ -8,7 +8,7 @@ from inferlab.experiments import FIGURES
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_section, verdict
+from inferlab.report.sections.common import conclude, experiment
 from inferlab.spec import per_engine
 from inferlab.speculative.spec import SPEC as SPECULATIVE
 
@@ -32,10 +32,9 @@ PREDICTION = ("With acceptance rate α, one round of k draft tokens yields E = (
 
 
 def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
-    experiment(doc, "Experiment 3: speculative sampling",
-               f"Which draft model and how many drafted tokens k make speculative sampling fastest for {data.target}, "
-               "and does the formula predict what one round yields?", PREDICTION)
-    if missing_section(doc, data, m):
+    if not experiment(doc, data, m, "Experiment 3: speculative sampling",
+                      f"Which draft model and how many drafted tokens k make speculative sampling fastest for "
+                      f"{data.target}, and does the formula predict what one round yields?", PREDICTION):
         return
     summary = data.table("spec_summary")
     doc.add("figure", "speculative_yield", FIGURES["speculative_yield"].title)
@@ -43,5 +42,4 @@ def section_speculative(doc: Document, data: ReportInputs, m: Milestone, seed: d
                           "accounting, each step against its bound and each group's compile time", summary)
     doc.add("table", group_table(summary), "Per (draft, k): acceptance, yield against the formula, theory speedup "
             "with c by parameters, and the wall-clock speedup per engine", full)
-    findings(doc, m)
-    verdict(doc, m)
+    conclude(doc, m)
