@@ -107,11 +107,7 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         Path(paths.figures[stem]).parent.mkdir(parents=True, exist_ok=True)
         Path(paths.figures[stem]).write_bytes(png)
     md_dir = Path(paths.markdown).parent
-    fig_rel = (
-        Path(next(iter(paths.figures.values()))).parent.resolve().relative_to(md_dir.resolve())
-        if paths.figures
-        else "figures"
-    )
+    fig_rel = Path(next(iter(paths.figures.values()))).parent.resolve().relative_to(md_dir.resolve())
     appendix_dir = Path(paths.appendix) if paths.appendix else md_dir / "appendix"
     write_appendix(doc, appendix_dir)
     Path(paths.html).parent.mkdir(parents=True, exist_ok=True)
