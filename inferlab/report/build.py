@@ -14,12 +14,13 @@ from inferlab.jobs.lineage import canonical_sha256
 from inferlab.jobs.machine import format_machine, machine_stamp
 from inferlab.jobs.tables import write_json, write_table
 from inferlab.report import exports, opening
-from inferlab.report.assemble import build_document, stamp_lines, to_html, to_markdown
+from inferlab.report.assemble import build_document
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.checklist import check_all
 from inferlab.report.milestones.common import Milestone
-from inferlab.report.page_markdown import write_appendix
-from inferlab.report.stamp_reader import milestones_table
+from inferlab.report.page_html import html_page
+from inferlab.report.page_markdown import markdown_page, write_appendix
+from inferlab.report.stamp_reader import milestones_table, stamp_lines
 from inferlab.report.workbench import grid_records, workbench_html
 from inferlab.review import runinfo
 from inferlab.review.diff import Changes, changes_since
@@ -111,8 +112,8 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     appendix_dir = Path(paths.appendix) if paths.appendix else md_dir / "appendix"
     write_appendix(doc, appendix_dir)
     Path(paths.html).parent.mkdir(parents=True, exist_ok=True)
-    Path(paths.html).write_text(to_html(doc), encoding="utf-8")
-    Path(paths.markdown).write_text(to_markdown(doc, str(fig_rel), os.path.relpath(appendix_dir, md_dir)),
+    Path(paths.html).write_text(html_page(doc), encoding="utf-8")
+    Path(paths.markdown).write_text(markdown_page(doc, str(fig_rel), os.path.relpath(appendix_dir, md_dir)),
                                     encoding="utf-8")
 
     prov = {"machine": machine, "config_sha256": run.get("config_sha256"), "model": milestones[0].stamps.get("model")}
