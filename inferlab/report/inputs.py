@@ -61,13 +61,6 @@ class ReportInputs:
         return df
 
 
-def _unreadable(path: str, rule: str, err: Exception) -> ReportInputError:
-    return ReportInputError(
-        f"cannot read {path} (written by rule {rule}): {type(err).__name__}: {err}. The file exists but is damaged "
-        f"or from an incompatible version; rebuild it with `snakemake --cores N --forcerun {rule}`."
-    )
-
-
 def _read_table(data: ReportInputs, key: str, path: str) -> None:
     data.tables[key] = pd.read_parquet(path)
     data.provenance[key] = read_provenance(path)
@@ -95,7 +88,10 @@ def load_inputs(
             else:
                 _read_table(data, key, path)
         except Exception as err:  # noqa: BLE001 - any failure to read is reported with the recovery command
-            raise _unreadable(str(path), rule, err) from err
+            raise ReportInputError(
+                f"cannot read {path} (written by rule {rule}): {type(err).__name__}: {err}. The file exists but is "
+                f"damaged or from an incompatible version; rebuild it with `snakemake --cores N --forcerun {rule}`."
+            ) from err
     for name, path in meta_paths.items():
         if Path(path).exists():
             data.metas[name] = read_json(path)
