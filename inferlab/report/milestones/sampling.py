@@ -101,15 +101,17 @@ def _table_facts(ev: SamplingEvidence, table: pd.DataFrame) -> None:
         ev.ours_at_seed_entropy = _num(theirs["entropy_nats"].iloc[0])
 
 
-def _default_facts(ev: SamplingEvidence, row: pd.Series, kept: int | None, entropy: float | None) -> None:
-    """The default record's decision and the numbers it was made on."""
+def _default_facts(ev: SamplingEvidence, row: pd.Series, dist: pd.DataFrame) -> None:
+    """The default record's decision, the numbers it was made on and the default's distribution (by cell)."""
     chosen = str(row["cell"])
     ev.chosen = chosen if chosen not in ("", "None", "nan") else None
     ev.rule_kind, ev.rule, ev.rule_satisfied = str(row["kind"]), str(row["rule"]), bool(row["rule_satisfied"])
     decision = str(row["min_p_decision"])
     if decision and decision != "nan":
         ev.min_p_decision, ev.min_p_reason = decision, str(row["min_p_reason"])
-    ev.kept, ev.entropy_nats = kept, entropy
+    hit = dist.loc[row["cell"]] if row["cell"] in dist.index else None
+    ev.kept = int(hit["kept"]) if hit is not None else None
+    ev.entropy_nats = _num(hit.get("entropy_nats")) if hit is not None else None
     get = lambda name: _num(row.get(name))  # noqa: E731
     ev.distance, ev.runner_up_distance, ev.greedy_distance = get("distance"), get("runner_up_distance"), \
         get("greedy_distance")
@@ -147,10 +149,7 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
                           HUMAN in present, seed_cell=dict(seed.get("sampling", {}).get("reference_cell", {})))
     _table_facts(ev, cell_table(data, seed))
     if len(default):
-        row = default.iloc[0]
-        hit = dist.loc[row["cell"]] if row["cell"] in dist.index else None
-        _default_facts(ev, row, int(hit["kept"]) if hit is not None else None,
-                       _num(hit.get("entropy_nats")) if hit is not None else None)
+        _default_facts(ev, default.iloc[0], dist)
     stated = ev.chosen is not None and bool(ev.rule)
     ev.targets = [
         Target("grid cells in the repetition table", ev.cells_present, ev.cells_expected, not ev.cells_absent,
