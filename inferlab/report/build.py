@@ -99,7 +99,7 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
               "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
     if opening.CHANGES_FIGURE in paths.figures:
-        doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes and changes.figure_png
+        doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes.figure_png
                                               else diff_figure(metrics.iloc[0:0], metrics))
     missing_fig = set(paths.figures) ^ set(doc.figures)
     if missing_fig:
