@@ -8,6 +8,7 @@ from inferlab.spec import EXACT, REP_RANGE, Export, Figure, Metric, Spec, Table,
 GENERATED_TOKENS = "generated tokens"
 FLOP_ESTIMATE = "FLOP estimate (×)"
 SEED_CPU_RATIO = theirs("CPU") + " (×)"
+
 _TIMED = {"noise": REP_RANGE, "timing": True}
 
 SPEC = Spec(

@@ -65,7 +65,7 @@ SPEC = Spec(
     required=("spec_summary", "spec_identity"),
     optional=("spec_best",),
     reviewed=("speculative",),
-    # then the wall clock per engine; acceptance and yield do not depend on the engine (read on the first)
+    # read on the first engine (acceptance and yield do not depend on it), then the wall clock per engine
     body=("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
           "speedup_theory_params"),
     body_needs=("spec_summary",),
