@@ -11,6 +11,7 @@ evidence fields, stated in the verdict and the stamps, never silently averaged a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -128,7 +129,7 @@ def timing(data: ReportInputs, stamps: dict, milestone: str) -> Timing:
     return caveat
 
 
-def checked(milestone: str, evidence, stamps: dict, problems: list[str], missing: list[str] = ()) -> Milestone:
+def checked(milestone: str, evidence, stamps: dict, problems: list[str], missing: Sequence[str] = ()) -> Milestone:
     """The milestone as decided: "missing" without some of its tables, else "pass", or "fail" with the
     problems that failed it."""
     status = MISSING if missing else FAIL if problems else PASS
