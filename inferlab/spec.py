@@ -24,12 +24,24 @@ NOISE_WORDS = {NOISE_FLOOR: "± noise floor", BOOTSTRAP_CI: "95% bootstrap CI", 
                EXACT: "exact"}
 
 
+def theirs(label: str) -> str:
+    """The header of the seed page's value of `label` (their model, their machine), shown beside ours."""
+    return f"{label}, seed page (theirs)"
+
+
+def per_engine(label: str, engine: str, unit: str = "×") -> str:
+    """One engine's column of a quantity measured on every engine ('measured, eager (×)')."""
+    return f"{label}, {engine} ({unit})"
+
+
 @dataclass(frozen=True)
 class Table:
     key: str  # the name the report reads it by
     rule: str  # the rule that writes it ...
     output: str | int  # ... as this output of the rule
     title: str  # what it holds: the title of its appendix entry
+    reads: tuple[str, ...] = ()  # the columns its milestone reads (ReportInputs.require checks them)
+    timed: bool = False  # its timings carry the milestone's caveats (contended, different nodes)
 
 
 @dataclass(frozen=True)
@@ -82,10 +94,13 @@ class Spec:
     figures: Mapping[str, Figure] = field(default_factory=dict)  # file stem -> figure
     exports: tuple[Export, ...] = ()
     milestone: str | None = None  # "M1": the milestone this experiment's tables decide
+    milestone_title: str = ""  # what it checks (its title after the id)
     required: tuple[str, ...] = ()  # without these tables the milestone is "missing"
     optional: tuple[str, ...] = ()  # read when present (a check degrades without them)
     reviewed: tuple[str, ...] = ()  # the metric experiments the milestone's card summarises
     overlay: tuple[str, str] | None = None  # (metric, title): the changes figure's panel of this experiment
+    body: tuple[str, ...] = ()  # its section's table: the columns, in order (those present)
+    body_needs: tuple[str, ...] = ()  # without these tables its section says MISSING in the table's place
 
     @property
     def inputs(self) -> tuple[str, ...]:

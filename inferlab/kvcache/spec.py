@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-from inferlab.spec import EXACT, REP_RANGE, Export, Figure, Metric, Spec, Table
+from inferlab.spec import EXACT, REP_RANGE, Export, Figure, Metric, Spec, Table, theirs
+
+# The headers of the columns the report computes for Experiment 1's compact table (in no Parquet table).
+GENERATED_TOKENS = "generated tokens"
+FLOP_ESTIMATE = "FLOP estimate (×)"
+SEED_CPU_RATIO = theirs("CPU") + " (×)"
 
 _TIMED = {"noise": REP_RANGE, "timing": True}
 
 SPEC = Spec(
     name="kvcache",
     tables=(
-        Table("kv_timings", "kvcache_summary", "timings", "KV cache: every timed generation"),
-        Table("kv_summary", "kvcache_summary", "summary", "KV cache: timings per engine, length and mode"),
-        Table("kv_fit", "kvcache_summary", "fit", "KV cache: fit of the step time a + b·positions"),
-        Table("kv_steps", "kvcache_steps", "steps", "KV cache: step-time probes"),
-        Table("kv_profile", "kvcache_steps", "profile", "KV cache: torch.profiler operators"),
+        Table("kv_timings", "kvcache_summary", "timings", "KV cache: every timed generation",
+              reads=("same_output", "kv_bytes_per_token"), timed=True),
+        Table("kv_summary", "kvcache_summary", "summary", "KV cache: timings per engine, length and mode",
+              reads=("length", "speed_ratio", "speed_ratio_min", "speed_ratio_max"), timed=True),
+        # the fit's columns after `length` are KvEngine's fields of the same names
+        Table("kv_fit", "kvcache_summary", "fit", "KV cache: fit of the step time a + b·positions",
+              reads=("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
+                     "fixed_share_no_cache", "a_cache_ms"), timed=True),
+        Table("kv_steps", "kvcache_steps", "steps", "KV cache: step-time probes", timed=True),
+        Table("kv_profile", "kvcache_steps", "profile", "KV cache: torch.profiler operators",
+              reads=("op_share", "op_ms", "wall_ms"), timed=True),
         Table("roofline_probe", "roofline_probe", 0, "Roofline: this machine's probe"),
-        Table("roofline", "roofline", 0, "Roofline: anchor and our model"),
+        Table("roofline", "roofline", 0, "Roofline: anchor and our model",
+              reads=("subject", "lower_bound_ms_per_token", "measured_over_bound")),
         # measured outside the DAG on a quiet machine and committed; the report quotes it with its own stamp
         Table("engine_bench", None, "reports/reference/engine-bench.parquet",
               "Engine variants: ms per cached forward by model, rows and variant "
@@ -61,8 +73,10 @@ SPEC = Spec(
     exports=(Export("inference", "kvcache", {"timings": "kv_timings", "summary": "kv_summary", "fit": "kv_fit",
                                              "profile": "kv_profile", "roofline": "roofline"}),),
     milestone="M1",
+    milestone_title="KV cache: speed ratio at the longest length, same output, explanation",
     required=("kv_timings", "kv_summary", "kv_fit", "kv_profile"),
     optional=("roofline",),
     reviewed=("kvcache", "roofline"),
+    body_needs=("kv_timings", "kv_summary"),
     overlay=("speed_ratio", "KV cache: no-cache / cache time, by length"),
 )

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from inferlab.spec import NOISE_FLOOR, REP_RANGE, Export, Figure, Metric, Spec, Table
+from inferlab.spec import NOISE_FLOOR, REP_RANGE, Export, Figure, Metric, Spec, Table, theirs
+
+SEED_DELTA_LOSS = theirs("Δ loss")
+# The seed page's schemes (their Δ loss beside ours): our scheme name -> the seed reference's key.
+SEED_SCHEMES = {"int4_per_tensor_sym": "int4_per_tensor_sym_delta", "int4_gptq": "int4_gptq_delta"}
 
 SPEC = Spec(
     name="quant",
     tables=(
-        Table("quant_summary", "quant_summary", "summary", "Quantization: every scheme"),
-        Table("quant_choice", "quant_summary", "choice", "Quantization: the choice rule"),
+        Table("quant_summary", "quant_summary", "summary", "Quantization: every scheme",
+              reads=("scheme", "delta_loss", "within_noise")),
+        Table("quant_choice", "quant_summary", "choice", "Quantization: the choice rule",
+              reads=("scheme", "within_noise", "delta_loss", "reason", "measured", "smallest_delta_scheme",
+                     "smallest_delta_loss")),
     ),
     metrics=(
         Metric("delta_loss", "quant_summary", "delta_loss", "{scheme}", "nats", NOISE_FLOOR, spread="noise_floor",
@@ -31,8 +38,11 @@ SPEC = Spec(
     figures={"quant_delta": Figure("Quantization: validation-loss increase per scheme", "4 Quantization")},
     exports=(Export("precomputed", "quantization", {"summary": "quant_summary", "choice": "quant_choice"}),),
     milestone="M4",
+    milestone_title="Quantization: a bit width and method with loss increase below the noise floor",
     required=("quant_summary", "noise_floor"),
     optional=("quant_choice",),
     reviewed=("quant", "models"),
     overlay=("delta_loss", "Quantization: Δ validation loss, ± noise floor"),
+    body=("scheme", "bits", "delta_loss", SEED_DELTA_LOSS, "kl_mean_nats", "top1_agreement", "within_noise"),
+    body_needs=("quant_summary",),
 )

@@ -9,8 +9,6 @@ from inferlab.report import figures as F
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.milestones.kvcache import kv_ratio_by_length
-from inferlab.report.page_html import html_page as to_html
-from inferlab.report.page_markdown import markdown_page as to_markdown
 from inferlab.report.render import Document
 from inferlab.report.sections.common import appendix_of_inputs, status_table
 from inferlab.report.sections.kvcache import section_kvcache
@@ -19,9 +17,6 @@ from inferlab.report.sections.quant import section_quant
 from inferlab.report.sections.sampling import section_sampling
 from inferlab.report.sections.setup import section_setup
 from inferlab.report.sections.speculative import section_speculative
-from inferlab.report.stamp_reader import stamp_lines
-
-__all__ = ["build_document", "make_figures", "stamp_lines", "to_html", "to_markdown"]
 
 
 def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,

@@ -14,12 +14,13 @@ from inferlab.jobs.lineage import canonical_sha256
 from inferlab.jobs.machine import format_machine, machine_stamp
 from inferlab.jobs.tables import write_json, write_table
 from inferlab.report import exports, opening
-from inferlab.report.assemble import build_document, stamp_lines, to_html, to_markdown
+from inferlab.report.assemble import build_document
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.checklist import check_all
 from inferlab.report.milestones.common import Milestone
-from inferlab.report.page_markdown import write_appendix
-from inferlab.report.stamp_reader import milestones_table
+from inferlab.report.page_html import html_page
+from inferlab.report.page_markdown import markdown_page, write_appendix
+from inferlab.report.stamp_reader import milestones_table, stamp_lines
 from inferlab.report.workbench import grid_records, workbench_html
 from inferlab.review import runinfo
 from inferlab.review.diff import Changes, changes_since
@@ -98,7 +99,7 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
               "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
     if opening.CHANGES_FIGURE in paths.figures:
-        doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes and changes.figure_png
+        doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes.figure_png
                                               else diff_figure(metrics.iloc[0:0], metrics))
     missing_fig = set(paths.figures) ^ set(doc.figures)
     if missing_fig:
@@ -107,26 +108,20 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         Path(paths.figures[stem]).parent.mkdir(parents=True, exist_ok=True)
         Path(paths.figures[stem]).write_bytes(png)
     md_dir = Path(paths.markdown).parent
-    fig_rel = (
-        Path(next(iter(paths.figures.values()))).parent.resolve().relative_to(md_dir.resolve())
-        if paths.figures
-        else "figures"
-    )
+    fig_rel = Path(next(iter(paths.figures.values()))).parent.resolve().relative_to(md_dir.resolve())
     appendix_dir = Path(paths.appendix) if paths.appendix else md_dir / "appendix"
     write_appendix(doc, appendix_dir)
     Path(paths.html).parent.mkdir(parents=True, exist_ok=True)
-    Path(paths.html).write_text(to_html(doc), encoding="utf-8")
-    Path(paths.markdown).write_text(to_markdown(doc, str(fig_rel), os.path.relpath(appendix_dir, md_dir)),
+    Path(paths.html).write_text(html_page(doc), encoding="utf-8")
+    Path(paths.markdown).write_text(markdown_page(doc, str(fig_rel), os.path.relpath(appendix_dir, md_dir)),
                                     encoding="utf-8")
 
     prov = {"machine": machine, "config_sha256": run.get("config_sha256"), "model": milestones[0].stamps.get("model")}
     write_table(milestones_table(milestones), paths.milestones, provenance=prov)
     generated = {k: run.get(k) for k in ("config_sha256", "git_commit", "git_dirty", "generated_at")}
     stamps = {m.id: m.stamps for m in milestones}
-    write_json(exports.inference_export(data, {k: stamps[k] for k in ("M1", "M2")}, generated), paths.inference_json)
-    write_json(
-        exports.precomputed_export(data, {k: stamps[k] for k in ("M3", "M4")}, generated), paths.precomputed_json
-    )
+    write_json(exports.inference_export(data, stamps, generated), paths.inference_json)
+    write_json(exports.precomputed_export(data, stamps, generated), paths.precomputed_json)
 
     logits = data.json.get("sp_logits")
     if logits:

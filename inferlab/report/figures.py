@@ -14,13 +14,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from inferlab.experiments import FIGURES as CATALOG  # noqa: E402
+from inferlab.experiments import FIGURES  # noqa: E402
+from inferlab.quant.spec import SEED_SCHEMES  # noqa: E402
 from inferlab.review.numbers import fmt  # noqa: E402
 from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
 from inferlab.sampling.summary_table import wide_summary  # noqa: E402
-
-FIGURES = {stem: figure.title for stem, figure in CATALOG.items()}  # stem -> title
 
 
 def to_png(fig) -> bytes:
@@ -40,12 +39,11 @@ def placeholder(title: str, why: str) -> bytes:
 
 def legend_below(fig, axes, ncol: int = 3) -> None:
     """One legend for all panels, below them: never over the data."""
-    handles, labels = {}, {}
+    handles = {}
     for ax in np.atleast_1d(axes):
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
-            labels[label] = label
-    fig.legend(list(handles.values()), list(labels), loc="outside lower center", ncol=ncol, fontsize=8,
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=ncol, fontsize=8,
                frameon=False)
 
 
@@ -53,14 +51,13 @@ def kvcache_ratio(ratios: pd.DataFrame | None, fit: pd.DataFrame | None, seed: d
     """One panel per engine: measured ratio (median, min-max), the fit's prediction, the FLOP estimate,
     and the seed page's CPU value as a marker on the seed-faithful (first) engine."""
     if ratios is None or ratios.empty:
-        return placeholder(FIGURES["kvcache_ratio"], "results/kvcache/summary.parquet")
-    blocks = _engine_blocks(ratios)
+        return placeholder(FIGURES["kvcache_ratio"].title, "results/kvcache/summary.parquet")
+    blocks = list(ratios.groupby("engine", sort=False))
     fig, axes = plt.subplots(1, len(blocks), figsize=(4.0 * len(blocks), 2.9), sharey=True, squeeze=False,
                              layout="constrained")
     kv = seed.get("kvcache", {})
     flops = fit.sort_values("length").drop_duplicates("length") if fit is not None and "length" in fit else None
-    for i, (ax, (engine, block)) in enumerate(zip(axes[0], blocks, strict=True)):
-        name = engine.removeprefix(", ")
+    for i, (ax, (name, block)) in enumerate(zip(axes[0], blocks, strict=True)):
         y = block["ratio"].to_numpy()
         err = np.vstack([y - block["ratio_min"].fillna(block["ratio"]).to_numpy(),
                          block["ratio_max"].fillna(block["ratio"]).to_numpy() - y])
@@ -83,7 +80,7 @@ def kvcache_ratio(ratios: pd.DataFrame | None, fit: pd.DataFrame | None, seed: d
         ax.set_xlabel("generated tokens")
     axes[0][0].set_ylabel("no-cache / cache time (×)")
     legend_below(fig, axes[0], ncol=4)
-    fig.suptitle(FIGURES["kvcache_ratio"], fontsize=10)
+    fig.suptitle(FIGURES["kvcache_ratio"].title, fontsize=10)
     return to_png(fig)
 
 
@@ -103,7 +100,7 @@ def _grid_matrix(dist: pd.DataFrame, value: str) -> pd.DataFrame:
 
 def sampling_heatmaps(dist: pd.DataFrame | None) -> bytes:
     if dist is None or dist.empty:
-        return placeholder(FIGURES["sampling_heatmaps"], "results/sampling/distribution.parquet")
+        return placeholder(FIGURES["sampling_heatmaps"].title, "results/sampling/distribution.parquet")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for ax, value, label in ((axes[0], "entropy_nats", "entropy (nats)"), (axes[1], "kept", "kept tokens")):
         m = _grid_matrix(dist, value)
@@ -117,13 +114,8 @@ def sampling_heatmaps(dist: pd.DataFrame | None) -> bytes:
                     ax.text(j, i, fmt(float(data[i, j])), ha="center", va="center", fontsize=7, color="w")
         ax.set_title(label + (" (colour: log10)" if value == "kept" else ""), fontsize=10)
         fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.suptitle(FIGURES["sampling_heatmaps"], fontsize=10)
+    fig.suptitle(FIGURES["sampling_heatmaps"].title, fontsize=10)
     return to_png(fig)
-
-
-def _engine_blocks(df: pd.DataFrame):
-    """(label suffix, rows) per engine, in table order."""
-    return [(f", {engine}", rows) for engine, rows in df.groupby("engine", sort=False)]
 
 
 def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -138,7 +130,7 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFr
     """Each cell's 4-gram repetition against its in-corpus 4-gram share, coloured by temperature; human
     text, greedy and the chosen default marked: the default is the cell nearest the human point."""
     if rep is None or rep.empty:
-        return placeholder(FIGURES["sampling_repetition"], "results/sampling/repetition.parquet")
+        return placeholder(FIGURES["sampling_repetition"].title, "results/sampling/repetition.parquet")
     w = wide_summary(rep).reset_index()
     greedy, human, sampled = repetition_rows(w)
     fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
@@ -168,7 +160,7 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFr
     ax.set_xlabel("4-gram repetition (share of repeated 4-grams)")
     ax.set_ylabel("in-corpus 4-gram share")
     fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
-    ax.set_title(FIGURES["sampling_repetition"], fontsize=10)
+    ax.set_title(FIGURES["sampling_repetition"].title, fontsize=10)
     return to_png(fig)
 
 
@@ -177,9 +169,9 @@ def speculative_yield(summary: pd.DataFrame | None) -> bytes:
     the engine), then per engine the wall-clock speedup against the theory with c by parameters and
     against the forward model with every forward at its roofline bound."""
     if summary is None or summary.empty:
-        return placeholder(FIGURES["speculative_yield"], "results/speculative/summary.parquet")
+        return placeholder(FIGURES["speculative_yield"].title, "results/speculative/summary.parquet")
     measured, formula = "tokens_per_target_forward", "formula_tokens_per_target_forward"
-    blocks = _engine_blocks(summary)
+    blocks = list(summary.groupby("engine", sort=False))
     fig, axes = plt.subplots(1, 1 + len(blocks), figsize=(3.4 * (1 + len(blocks)), 2.9), squeeze=False,
                              layout="constrained")
     colours = {d: f"C{i}" for i, d in enumerate(sorted(summary["draft"].unique()))}
@@ -196,19 +188,19 @@ def speculative_yield(summary: pd.DataFrame | None) -> bytes:
             ax.plot(g["k"], g["speedup_theory_params"], "--", color=colours[draft], label=f"{draft}: formula / theory")
             ax.plot(g["k"], g["speedup_at_bound"], ":", color=colours[draft], label=f"{draft}: at the roofline")
         ax.axhline(1.0, color="k", linewidth=0.8)
-        ax.set_title(f"wall-clock speedup{engine} (×)", fontsize=9)
+        ax.set_title(f"wall-clock speedup, {engine} (×)", fontsize=9)
     for ax in axes[0]:
         ax.set_xlabel("k (drafted tokens per round)")
         ax.set_xticks(sorted(summary["k"].unique()))
     legend_below(fig, axes[0], ncol=3)
-    fig.suptitle(FIGURES["speculative_yield"], fontsize=10)
+    fig.suptitle(FIGURES["speculative_yield"].title, fontsize=10)
     return to_png(fig)
 
 
 def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: float | None,
-                seed_quant: dict | None = None) -> bytes:
+                seed_quant: dict) -> bytes:
     if summary is None or summary.empty:
-        return placeholder(FIGURES["quant_delta"], "results/quant/summary.parquet")
+        return placeholder(FIGURES["quant_delta"].title, "results/quant/summary.parquet")
     from matplotlib.patches import Patch
 
     s = summary.sort_values("delta_loss", ascending=False)
@@ -220,8 +212,7 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
         handles.append(ax.axvspan(-floor, floor, color="#ccc", alpha=0.5, label=f"our floor ±{fmt(floor)}"))
     if seed_floor is not None:
         handles.append(ax.axvline(seed_floor, color="grey", linestyle="--", label=f"seed page's floor {seed_floor}"))
-    theirs = {"int4_per_tensor_sym": (seed_quant or {}).get("int4_per_tensor_sym_delta"),
-              "int4_gptq": (seed_quant or {}).get("int4_gptq_delta")}
+    theirs = {scheme: seed_quant.get(key) for scheme, key in SEED_SCHEMES.items()}
     marks = [(scheme, value) for scheme, value in theirs.items() if value is not None and scheme in set(s["scheme"])]
     if marks:
         handles.append(ax.plot([v for _, v in marks], [k for k, _ in marks], "kD", markersize=5,
@@ -230,13 +221,13 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     ax.tick_params(axis="y", labelsize=7)
     ax.set_xlabel("validation loss − fp32 validation loss (nats)")
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
-    ax.set_title(FIGURES["quant_delta"], fontsize=10)
+    ax.set_title(FIGURES["quant_delta"].title, fontsize=10)
     return to_png(fig)
 
 
 def training_curves(curves: dict[str, pd.DataFrame]) -> bytes:
     if not curves:
-        return placeholder(FIGURES["training_curves"], "results/models/*/loss_curve.parquet")
+        return placeholder(FIGURES["training_curves"].title, "results/models/*/loss_curve.parquet")
     fig, ax = plt.subplots(figsize=(6.4, 2.3))
     for i, (name, c) in enumerate(curves.items()):
         x = c["tokens_seen"] if "tokens_seen" in c.columns else c["step"]
@@ -248,5 +239,5 @@ def training_curves(curves: dict[str, pd.DataFrame]) -> bytes:
     ax.set_xlabel("tokens seen")
     ax.set_ylabel("loss (nats/token)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    ax.set_title(FIGURES["training_curves"], fontsize=10)
+    ax.set_title(FIGURES["training_curves"].title, fontsize=10)
     return to_png(fig)

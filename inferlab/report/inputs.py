@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferlab.experiments import TABLES
 from inferlab.jobs.tables import read_json, read_provenance
 
 
@@ -44,12 +45,13 @@ class ReportInputs:
     def missing(self, *keys: str) -> list[str]:
         return [self.paths.get(k, k) for k in keys if self.tables.get(k) is None and self.json.get(k) is None]
 
-    def require(self, key: str, *columns: str) -> pd.DataFrame:
-        """The table `key`, after checking it has `columns`; a clear error names table and column."""
+    def require(self, key: str) -> pd.DataFrame:
+        """The table `key`, after checking it has the columns its spec says the report reads; a clear error
+        names table and column."""
         df = self.tables.get(key)
         if df is None:
             raise ReportInputError(f"the report needs the table {self.paths.get(key, key)!r}, which was not loaded")
-        absent = [c for c in columns if c not in df.columns]
+        absent = [c for c in TABLES[key].reads if c not in df.columns]
         if absent:
             rule = self.producers.get(key, "?")
             raise ReportInputError(
@@ -57,13 +59,6 @@ class ReportInputs:
                 f"report reads; its producer and the report disagree. Rebuild it with `--forcerun {rule}`."
             )
         return df
-
-
-def _unreadable(path: str, rule: str, err: Exception) -> ReportInputError:
-    return ReportInputError(
-        f"cannot read {path} (written by rule {rule}): {type(err).__name__}: {err}. The file exists but is damaged "
-        f"or from an incompatible version; rebuild it with `snakemake --cores N --forcerun {rule}`."
-    )
 
 
 def _read_table(data: ReportInputs, key: str, path: str) -> None:
@@ -93,7 +88,10 @@ def load_inputs(
             else:
                 _read_table(data, key, path)
         except Exception as err:  # noqa: BLE001 - any failure to read is reported with the recovery command
-            raise _unreadable(str(path), rule, err) from err
+            raise ReportInputError(
+                f"cannot read {path} (written by rule {rule}): {type(err).__name__}: {err}. The file exists but is "
+                f"damaged or from an incompatible version; rebuild it with `snakemake --cores N --forcerun {rule}`."
+            ) from err
     for name, path in meta_paths.items():
         if Path(path).exists():
             data.metas[name] = read_json(path)

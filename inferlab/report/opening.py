@@ -85,11 +85,6 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
     return milestones
 
 
-def headline(m: Milestone) -> str:
-    """The milestone's one-sentence headline (narrative.headline)."""
-    return m.headline
-
-
 def _value(value, text) -> object:
     if isinstance(text, str):
         return text
@@ -194,23 +189,19 @@ def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, ca
     ]
 
 
-def opening_blocks(milestones: list[Milestone], changes: Changes | None,
-                   reviewers: list[tuple] | None = None) -> list[tuple]:
+def opening_blocks(milestones: list[Milestone], changes: Changes, reviewers: list[tuple] | None = None) -> list[tuple]:
     """The first screen: any unexplained change, one card per milestone, "For reviewers", then
     "Changes since …" by cause."""
-    lines = (milestone_change_lines(changes.table, machine=changes.machine)
-             if changes is not None and changes.table is not None else {})
-    since = f"Since {changes.old_label}" if changes is not None and changes.old_label else "Since the reference"
-    if changes is not None and changes.config_note:
+    lines = milestone_change_lines(changes.table, machine=changes.machine) if changes.table is not None else {}
+    since = f"Since {changes.old_label}" if changes.old_label else "Since the reference"
+    if changes.config_note:
         since += " (a run of another configuration)"
-    blocks: list[tuple] = unexplained_warnings(changes.table if changes is not None else None)
+    blocks: list[tuple] = unexplained_warnings(changes.table)
     blocks += [
-        ("card", m, headline(m), stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
+        ("card", m, m.headline, stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
         for m in milestones
     ]
     blocks += reviewers or []
-    if changes is None:
-        return blocks
     if changes.table is None:
         blocks += [("h2", "Changes since …"), ("p", changes.markdown.split("\n\n", 1)[-1].strip()),
                    ("figure", CHANGES_FIGURE, "No earlier run to compare with: this run's values only.")]

@@ -43,14 +43,9 @@ def _milestone_view(m: Milestone) -> dict:
             "stamps": stamp_lines(m.stamps), "stamp_line": stamp_line(m.stamps)}
 
 
-def png_size(png: bytes) -> tuple[int, int]:
-    """Width and height of a PNG in pixels, from its IHDR chunk."""
-    return struct.unpack(">II", png[16:24])
-
-
 def _figure_view(doc: Document, stem: str, caption: str) -> dict:
     png = doc.figures[stem]
-    width, height = png_size(png)
+    width, height = struct.unpack(">II", png[16:24])  # the PNG's IHDR chunk
     return {"stem": stem, "caption": caption, "aspect": width / height if height else 1.0,
             "min_width": round(LEGIBLE_SCALE * width),
             "src": f"data:image/png;base64,{base64.b64encode(png).decode()}"}
@@ -64,8 +59,6 @@ def block_view(doc: Document, block: tuple) -> dict:
         return {"kind": kind, **table_view(df, caption, slug, len(full.df) if full else None)}
     if kind == "figure":
         return {"kind": kind, **_figure_view(doc, block[1], block[2])}
-    if kind == "stamps":
-        return {"kind": kind, "lines": stamp_lines(block[1])}
     if kind == "milestone":
         return {"kind": kind, **_milestone_view(block[1])}
     if kind == "card":
@@ -106,13 +99,9 @@ def paired(views: list[dict]) -> list[dict]:
     return out
 
 
-def is_experiment(heading: str | None) -> bool:
-    return bool(heading) and heading.startswith("Experiment")
-
-
 def html_page(doc: Document) -> str:
     view = []
     for s in sections(doc.blocks):
-        view.append({**s, "experiment": is_experiment(s["heading"]),
+        view.append({**s, "experiment": bool(s["heading"]) and s["heading"].startswith("Experiment"),
                      "blocks": paired([block_view(doc, b) for b in s["blocks"]])})
     return _ENV.get_template(TEMPLATE).render(title=doc.title, sections=view, appendix=appendix_view(doc))

@@ -55,8 +55,6 @@ def block_lines(doc: Document, block: tuple, figure_dir: str, appendix_dir: str)
         return table_lines(df, caption, link)
     if kind == "figure":
         return [f"![{block[2]}]({figure_dir}/{block[1]}.png)", ""]
-    if kind == "stamps":
-        return [*[f"> {line}  " for line in stamp_lines(block[1])], ""]
     if kind == "milestone":
         return _milestone_lines(block[1])
     if kind == "card":

@@ -1,7 +1,7 @@
 """The report as a list of blocks plus an appendix of full tables, rendered twice: HTML and Markdown.
 
 Blocks: ("h1"|"h2"|"h3"|"p"|"note"|"warning"|"question"|"prediction", text), ("findings", [sentences]),
-("table", DataFrame, caption[, appendix slug]), ("figure", stem, caption), ("stamps", stamps dict),
+("table", DataFrame, caption[, appendix slug]), ("figure", stem, caption),
 ("milestone", Milestone): its status and verdict (narrative.verdict_blocks puts its targets table, a "table"
 block, and the producers' statements, "note" blocks, under it), ("card", Milestone, headline, stamp line,
 change line),

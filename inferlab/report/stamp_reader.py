@@ -73,10 +73,9 @@ def _repeats(value, default: str) -> str:
     return f"{value} ({default})" if default != "n/a" else str(value)
 
 
-def stamps_for(data: ReportInputs, key: str | None, repeats: str, baseline: str,
-               fallback_machine: dict | None) -> dict:
+def stamps_for(data: ReportInputs, key: str, repeats: str, baseline: str, fallback_machine: dict | None) -> dict:
     """A milestone's stamps from table `key`'s provenance; `repeats` and `baseline` where it records none."""
-    prov = data.provenance.get(key, {}) if key else {}
+    prov = data.provenance.get(key, {})
     base = prov.get("baseline")
     return {"model": _model_stamp(data, prov), "machine": _machine_stamp(prov, fallback_machine),
             "repeats": _repeats(prov.get("repeats"), repeats),

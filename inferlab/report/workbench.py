@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-GRID_COLUMNS = ["cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "entropy_bits", "kept"]
+from inferlab.sampling.spec import GRID_COLUMNS
 
 
 def _json_for_script(obj) -> str:
@@ -38,7 +38,6 @@ def workbench_html(
     logits: Sequence[float],
     grid: list[dict],
     stamp_lines: Sequence[str] = (),
-    title: str = "Sampling workbench",
 ) -> str:
     """The page. `grid` are rows of results/sampling/distribution.parquet (or a test's own table)."""
     if len(vocab) != len(logits):
@@ -47,8 +46,7 @@ def workbench_html(
     first = grid[0] if grid else {"temperature": 1.0, "top_p": 0.9, "min_p": 0.0}
     stamps = "".join(f"<li>{html.escape(line)}</li>" for line in stamp_lines)
     return (
-        _TEMPLATE.replace("%TITLE%", html.escape(title))
-        .replace("%PROMPT%", html.escape(prompt))
+        _TEMPLATE.replace("%PROMPT%", html.escape(prompt))
         .replace("%STAMPS%", stamps)
         .replace("%T0%", repr(float(first["temperature"])))
         .replace("%P0%", repr(float(first["top_p"])))
@@ -60,7 +58,7 @@ def workbench_html(
 _TEMPLATE = r"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%TITLE%</title>
+<title>Sampling workbench</title>
 <style>
 body{font-family:system-ui,"Noto Sans CJK SC","Source Han Sans SC","PingFang SC","Microsoft YaHei",sans-serif;
 margin:1.5em auto;max-width:60em;padding:0 1em;color:#222}
@@ -71,7 +69,7 @@ table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ccc;paddi
 tr.ok td.m{color:#17692d} tr.bad td.m{color:#b00020;font-weight:bold} tr{cursor:pointer}
 .note{color:#555;font-size:.9em} svg text{font-size:11px}
 </style></head><body>
-<h1>%TITLE%</h1>
+<h1>Sampling workbench</h1>
 <p>Next-token distribution of the target model after the prompt <b>%PROMPT%</b>, recomputed in this page from the
 exported logits. Temperature is applied first, then top-p (smallest prefix with mass &ge; p, top token always kept),
 then min-p (p &ge; min-p &middot; p<sub>max</sub>); entropy and kept count are of the truncated, renormalised

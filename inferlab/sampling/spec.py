@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from inferlab.spec import BOOTSTRAP_CI, Export, Figure, Metric, Spec, Table
+from inferlab.sampling.grid import GREEDY, HUMAN
+from inferlab.spec import BOOTSTRAP_CI, Export, Figure, Metric, Spec, Table, theirs
+
+SEED_KEPT = theirs("kept")
+# The rows of the cell table named for what they are (the other rows are cells, by id).
+ROW_NAMES = {GREEDY: "greedy (baseline)", HUMAN: "reference: validation text (human)"}
+# The appendix's example texts, and the distribution table's columns the sampling workbench recomputes.
+EXAMPLE_COLUMNS = ("cell", "source", "prompt", "sample", "seq_rep_4", "in_corpus_4gram_share", "text")
+GRID_COLUMNS = ("cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "entropy_bits", "kept")
 
 # Which way each repetition metric is better; a metric not listed (a new one) has no direction.
 REPETITION_DIRECTION = {"seq_rep_4": False, "distinct_1": True, "distinct_2": True,
@@ -12,10 +20,14 @@ SPEC = Spec(
     name="sampling",
     tables=(
         Table("sp_logits", "sampling_distribution", "logits", "Sampling: the exported next-token logits"),
-        Table("sp_distribution", "sampling_distribution", "table", "Sampling: next-token distribution per cell"),
-        Table("sp_repetition", "sampling_repetition", "summary", "Sampling: repetition metrics per cell (long form)"),
+        Table("sp_distribution", "sampling_distribution", "table", "Sampling: next-token distribution per cell",
+              reads=("cell", "kept")),
+        Table("sp_repetition", "sampling_repetition", "summary", "Sampling: repetition metrics per cell (long form)",
+              reads=("cell",)),
         Table("sp_samples", "sampling_repetition", "examples", "Sampling: example texts"),
-        Table("sp_default", "sampling_default", "default", "Sampling: the default and the min-p decision"),
+        # the default record (repetition.choose_default or human_match.choose_human_match)
+        Table("sp_default", "sampling_default", "default", "Sampling: the default and the min-p decision",
+              reads=("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")),
         Table("sp_distance", "sampling_default", "distances", "Sampling: distance of each cell to held-out human text"),
     ),
     metrics=(
@@ -50,6 +62,9 @@ SPEC = Spec(
                                               "default": "sp_default", "distance": "sp_distance",
                                               "logits": "sp_logits"}),),
     milestone="M2",
+    milestone_title="Sampling: full repetition table, a default chosen by a stated rule, min-p decision",
     required=("sp_distribution", "sp_repetition", "sp_default"),
     reviewed=("sampling",),
+    body=("cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"),
+    body_needs=("sp_repetition", "sp_default"),
 )

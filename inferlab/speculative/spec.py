@@ -13,9 +13,18 @@ _TIMED = ("speedup_theory_time", "speedup_forward_model", "speedup_at_bound")
 SPEC = Spec(
     name="speculative",
     tables=(
-        Table("spec_summary", "speculative_summary", "summary", "Speculative: every (engine, draft, k) group"),
-        Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion"),
-        Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case"),
+        # speculative_summary: summarise, with_step_bounds, with_compile_seconds, with_job_speed_spread; M3
+        # reads these, a round's accounting and each step against its bound are in the appendix's table
+        Table("spec_summary", "speculative_summary", "summary", "Speculative: every (engine, draft, k) group",
+              reads=("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
+                     "c_time", "speedup_theory_params", "speedup_theory_time", "wall_speedup", "verify_cost_ratio",
+                     "c_time_in_round", "compile_s", "packages", "target_step_ms", "c_params",
+                     "target_step_bound_ms", "draft_step_bound_ms", "verify_bound_ratio", "job_speeds_differ"),
+              timed=True),
+        Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion",
+              reads=("criterion", "draft", "k", "reason")),
+        Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case",
+              reads=("identical",)),
     ),
     metrics=(
         *(Metric(name, "spec_summary", name, GROUP, unit, higher_is_better=True) for name, unit in _EXACT),
@@ -52,7 +61,12 @@ SPEC = Spec(
     exports=(Export("precomputed", "speculative", {"summary": "spec_summary", "greedy_identity": "spec_identity",
                                                    "best": "spec_best"}),),
     milestone="M3",
+    milestone_title="Speculative: chosen draft and k with reason, greedy identity in every case",
     required=("spec_summary", "spec_identity"),
     optional=("spec_best",),
     reviewed=("speculative",),
+    # read on the first engine (acceptance and yield do not depend on it), then the wall clock per engine
+    body=("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
+          "speedup_theory_params"),
+    body_needs=("spec_summary",),
 )

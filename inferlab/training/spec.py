@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from inferlab.spec import Export, Figure, Spec, Table
+from inferlab.spec import Export, Figure, Spec, Table, theirs
+
+SEED_PARAMS = theirs("params")
+# The checkpoints' meta.json fields precomputed.json carries per model.
+MODEL_FIELDS = ("params", "val_loss", "weights_sha256", "tokens_per_s", "train_seconds", "steps", "tokens_seen",
+                "precision")
 
 SPEC = Spec(
     name="models",
     tables=(
-        Table("noise_floor", "noise_floor", 0, "Noise floor: reruns that differ only in seed"),
+        Table("noise_floor", "noise_floor", 0, "Noise floor: reruns that differ only in seed",
+              reads=("floor", "floor_source")),
         Table("corpus_stats", "prepare_corpus", "stats", "Corpus statistics"),
     ),
     # the models' validation losses come from their meta.json, not a table: inferlab.review.metrics.model_rows

@@ -1,17 +1,11 @@
-"""The seed's four acceptance milestones, checked on the measured tables.
+"""The seed's four acceptance milestones, checked on the measured tables (milestones/common.py says how).
 
-Each check returns a Milestone with status "pass", "fail" or "missing", the evidence numbers it
-used, a verdict sentence built from those numbers, a one-sentence headline (our key number beside
-the seed page's) and the four stamps (model, machine, repeat count, baseline). An unmet milestone
-is a "fail" that shows its numbers; nothing is adjusted to make it pass. A milestone whose tables
-were not produced is "missing"."""
+An unmet milestone is a "fail" that shows its numbers; nothing is adjusted to make it pass."""
 
 from __future__ import annotations
 
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import (
-    Milestone,
-)
+from inferlab.report.milestones.common import Milestone
 from inferlab.report.milestones.kvcache import check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2

@@ -11,6 +11,7 @@ evidence fields, stated in the verdict and the stamps, never silently averaged a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -83,17 +84,15 @@ def engines_in(df: pd.DataFrame) -> list[str]:
     return sorted(found, key=lambda e: ENGINE_ORDER.index(e) if e in ENGINE_ORDER else len(ENGINE_ORDER))
 
 
-def engine_rows(df: pd.DataFrame | None, engine: str) -> pd.DataFrame | None:
+def engine_rows(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """The rows of one engine's block."""
-    if df is None:
-        return None
     return df[df["engine"] == engine].reset_index(drop=True)
 
 
 def engine_label(df: pd.DataFrame, engine: str) -> str:
     """'compiled' or, when the compile fell back, 'compiled (ran eager)'."""
     rows = engine_rows(df, engine)
-    if rows is not None and "engine_used" in rows.columns and len(rows):
+    if "engine_used" in rows.columns and len(rows):
         used = str(rows["engine_used"].iloc[0])
         if used != engine:
             return f"{engine} (ran {used})"
@@ -101,17 +100,6 @@ def engine_label(df: pd.DataFrame, engine: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ caveats
-
-
-def contended(data: ReportInputs, *keys: str) -> bool:
-    """Whether any of the tables' timings were flagged contended (column or provenance)."""
-    for key in keys:
-        df = data.table(key)
-        if df is not None and "contended" in df.columns and bool(df["contended"].fillna(False).astype(bool).any()):
-            return True
-        if bool(data.provenance.get(key, {}).get("contended", False)):
-            return True
-    return False
 
 
 def _nodes_of(value, found: set[str]) -> None:
@@ -123,17 +111,17 @@ def _nodes_of(value, found: set[str]) -> None:
             _nodes_of(inner, found)
 
 
-def nodes_in(data: ReportInputs, *keys: str) -> list[str]:
-    """Every node named by a machine stamp in the tables' provenance (the main stamp and per-job ones)."""
-    found: set[str] = set()
-    for key in keys:
-        _nodes_of(data.provenance.get(key, {}), found)
-    return sorted(found)
-
-
-def timing(data: ReportInputs, stamps: dict, *keys: str) -> Timing:
-    """The tables' timing caveats; also marks stamps["contended"] and stamps["nodes"]."""
-    caveat = Timing(contended(data, *keys), nodes_in(data, *keys))
+def timing(data: ReportInputs, stamps: dict, milestone: str) -> Timing:
+    """The caveats of the milestone's timed tables: contended when a table's column or provenance flags it,
+    and every node their provenance's machine stamps name (the main stamp and per-job ones). Also marks
+    stamps["contended"] and stamps["nodes"]."""
+    contended, nodes = False, set()
+    for key in [table.key for table in MILESTONES[milestone].tables if table.timed]:
+        df, provenance = data.table(key), data.provenance.get(key, {})
+        contended |= bool(provenance.get("contended", False)) or (
+            df is not None and "contended" in df.columns and bool(df["contended"].fillna(False).astype(bool).any()))
+        _nodes_of(provenance, nodes)
+    caveat = Timing(contended, sorted(nodes))
     if caveat.contended:
         stamps["contended"] = True
     if len(caveat.nodes) > 1:
@@ -141,9 +129,15 @@ def timing(data: ReportInputs, stamps: dict, *keys: str) -> Timing:
     return caveat
 
 
-def missing_milestone(data: ReportInputs, milestone: str, title: str, stamps: dict) -> Milestone | None:
+def checked(milestone: str, evidence, stamps: dict, problems: list[str], missing: Sequence[str] = ()) -> Milestone:
+    """The milestone as decided: "missing" without some of its tables, else "pass", or "fail" with the
+    problems that failed it."""
+    status = MISSING if missing else FAIL if problems else PASS
+    return Milestone(milestone, f"{milestone} {MILESTONES[milestone].milestone_title}", status, evidence, stamps,
+                     list(missing), problems)
+
+
+def missing_milestone(data: ReportInputs, milestone: str, stamps: dict) -> Milestone | None:
     """The milestone as "missing" when any table its spec requires is absent; else None."""
     missing = data.missing(*MILESTONES[milestone].required)
-    if not missing:
-        return None
-    return Milestone(milestone, title, MISSING, stamps=stamps, missing_inputs=missing)
+    return checked(milestone, None, stamps, [], missing) if missing else None

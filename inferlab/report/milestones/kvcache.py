@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from inferlab.experiments import TABLES
 from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
     ENGINE_ORDER,
-    FAIL,
-    PASS,
     Milestone,
     Target,
     Timing,
+    checked,
     engine_label,
     engine_rows,
     engines_in,
@@ -25,10 +25,6 @@ from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import fmt
 from inferlab.review.numbers import number as _num
 
-# The columns M1 reads (kvbench.fit_table, roofline.our_roofline).
-FIT_COLUMNS = ("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
-               "fixed_share_no_cache", "a_cache_ms")
-ROOFLINE_COLUMNS = ("subject", "lower_bound_ms_per_token", "measured_over_bound")
 # The compiled engine's target: its cached step within this many times the roofline bound.
 COMPILED_BOUND_TARGET = 1.6
 FIT_TOLERANCE = 0.25  # the fit "explains" the measured ratio when it lands within 25% of it
@@ -93,8 +89,8 @@ def decode_step_kernels(provenance: dict, engine: str) -> dict | None:
     return steps[0] if steps else None
 
 
-def _row_at(df: pd.DataFrame | None, length: int) -> pd.Series | None:
-    if df is None or not len(df):
+def _row_at(df: pd.DataFrame, length: int) -> pd.Series | None:
+    if not len(df):
         return None
     return df[df["length"] == length].iloc[0] if (df["length"] == length).any() else df.iloc[-1]
 
@@ -112,15 +108,15 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
     ev.decode_step_kernels = decode_step_kernels(data.provenance.get("kv_profile", {}), engine)
     fit = _row_at(engine_rows(data.table("kv_fit"), engine), length)
     if fit is not None:
-        for name in FIT_COLUMNS[1:]:
+        for name in TABLES["kv_fit"].reads[1:]:
             setattr(ev, name, _num(fit[name]))
     profile = engine_rows(data.table("kv_profile"), engine)
-    if profile is not None and len(profile):
+    if len(profile):
         row = profile.iloc[0]
         ev.profile_op_share = _num(row["op_share"])
         split = {column: _num(row.get(column)) for column in STEP_SPLIT_COLUMNS}
         ev.step_split = split if all(value is not None for value in split.values()) else None
-    roofline = data.table("roofline") if data.has("roofline") else None
+    roofline = data.table("roofline")
     if roofline is not None:
         ours = roofline[(roofline["subject"] == "ours") & (roofline["engine"] == engine)]
         ev.roofline_bound_ms = _num(ours["lower_bound_ms_per_token"].iloc[0]) if len(ours) else None
@@ -151,7 +147,6 @@ def kv_targets(ev: KvEvidence) -> list[Target]:
 
 def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
     """Pass/fail on the eager (seed-faithful) engine; same_output must hold on every engine."""
-    title = "M1 KV cache: speed ratio at the longest length, same output, explanation"
     reps = data.config.get("kvcache", {}).get("reps")
     stamps = stamps_for(
         data,
@@ -160,15 +155,15 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "no KV cache (every step recomputes the whole prefix), same prompt, greedy, batch 1",
         machine_fallback,
     )
-    absent = missing_milestone(data, "M1", title, stamps)
+    absent = missing_milestone(data, "M1", stamps)
     if absent is not None:
         return absent
-    data.require("kv_summary", "length", "speed_ratio", "speed_ratio_min", "speed_ratio_max")
-    timings = data.require("kv_timings", "same_output", "kv_bytes_per_token")
-    data.require("kv_fit", *FIT_COLUMNS)
-    data.require("kv_profile", "op_share", "op_ms", "wall_ms")
+    data.require("kv_summary")
+    timings = data.require("kv_timings")
+    data.require("kv_fit")
+    data.require("kv_profile")
     if data.has("roofline"):
-        data.require("roofline", *ROOFLINE_COLUMNS)
+        data.require("roofline")
     engines = {e: kv_engine(data, e) for e in engines_in(data.table("kv_summary"))}
     same = timings["same_output"].astype(bool)
     seed = data.seed_reference.get("kvcache", {})
@@ -176,7 +171,7 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         int(same.sum()), len(same),
         {str(e): int((~g).sum()) for e, g in same.groupby(timings["engine"], sort=False)},
         _num(timings["kv_bytes_per_token"].iloc[0]), _num(seed.get("cpu_ratio_at_256")),
-        timing(data, stamps, "kv_timings", "kv_summary", "kv_fit", "kv_steps", "kv_profile"))
+        timing(data, stamps, "M1"))
     p = ev.primary
     if p.predicted_ratio is not None and p.flop_estimate_ratio is not None:
         miss = abs(p.predicted_ratio - p.ratio)
@@ -188,4 +183,4 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         problems.append(f"outputs token-identical in only {ev.same_output} of {ev.runs} runs (differing: {differ})")
     if ev.primary.flop_estimate_ratio is None or ev.primary.a_ms is None:
         problems.append("the explanation lacks the FLOP estimate or the fit")
-    return Milestone("M1", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M1", ev, stamps, problems)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferlab.quant.spec import SEED_SCHEMES
 from inferlab.report.inputs import ReportInputError, ReportInputs
-from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
+from inferlab.report.milestones.common import Milestone, Target, checked, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
-
-# The seed page's schemes (their Δ loss beside ours): our scheme name -> the seed reference's key.
-SEED_SCHEMES = {"int4_per_tensor_sym": "int4_per_tensor_sym_delta", "int4_gptq": "int4_gptq_delta"}
 
 
 @dataclass
@@ -39,7 +37,6 @@ class QuantEvidence:
 
 
 def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
-    title = "M4 Quantization: a bit width and method with loss increase below the noise floor"
     stamps = stamps_for(
         data,
         "quant_summary",
@@ -47,13 +44,12 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "fp32 weights of the same checkpoint",
         machine_fallback,
     )
-    absent = missing_milestone(data, "M4", title, stamps)
+    absent = missing_milestone(data, "M4", stamps)
     if absent is not None:
         return absent
-    summary = data.require("quant_summary", "scheme", "delta_loss", "within_noise")
-    nf = data.require("noise_floor", "floor", "floor_source")
-    choice = data.require("quant_choice", "scheme", "within_noise", "delta_loss", "reason", "measured",
-                          "smallest_delta_scheme", "smallest_delta_loss")
+    summary = data.require("quant_summary")
+    nf = data.require("noise_floor")
+    choice = data.require("quant_choice")
     if choice.empty:
         raise ReportInputError(f"{data.paths.get('quant_choice', 'quant_choice')} has no row")
     stamps["repeats"] += f"; noise floor from {len(nf)} training runs ({nf['floor_source'].iloc[0]})"
@@ -93,4 +89,4 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         problems.append(f"no scheme's loss increase is below the noise floor (smallest: {ev.smallest[0]})")
     elif not ev.within_noise:
         problems.append(f"the chosen scheme {ev.scheme}'s loss increase is not below the noise floor")
-    return Milestone("M4", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M4", ev, stamps, problems)

@@ -6,17 +6,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferlab.report.display import SEED_KEPT
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import FAIL, PASS, Milestone, Target, missing_milestone
+from inferlab.report.milestones.common import Milestone, Target, checked, missing_milestone
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
 from inferlab.sampling.grid import GREEDY, HUMAN, sampling_cells
+from inferlab.sampling.spec import SEED_KEPT
+from inferlab.sampling.spec import SPEC as SAMPLING
 from inferlab.sampling.summary_table import wide_summary
-
-# The columns M2 reads from the default record (repetition.choose_default or human_match.choose_human_match).
-DEFAULT_COLUMNS = ("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")
-CELL_COLUMNS = ["cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"]
 
 
 @dataclass
@@ -80,7 +77,7 @@ def cell_table(data: ReportInputs, seed: dict) -> pd.DataFrame:
     order = table["cell"].map({HUMAN: 0, GREEDY: 1}).fillna(2)
     sort = ["_order", "distance"] if "distance" in table else ["_order"]
     table = table.assign(_order=order).sort_values(sort, kind="stable").drop(columns="_order")
-    return table[[c for c in CELL_COLUMNS if c in table.columns]].reset_index(drop=True)
+    return table[[c for c in SAMPLING.body if c in table.columns]].reset_index(drop=True)
 
 
 def _table_facts(ev: SamplingEvidence, table: pd.DataFrame) -> None:
@@ -104,15 +101,17 @@ def _table_facts(ev: SamplingEvidence, table: pd.DataFrame) -> None:
         ev.ours_at_seed_entropy = _num(theirs["entropy_nats"].iloc[0])
 
 
-def _default_facts(ev: SamplingEvidence, row: pd.Series, kept: int | None, entropy: float | None) -> None:
-    """The default record's decision and the numbers it was made on."""
+def _default_facts(ev: SamplingEvidence, row: pd.Series, dist: pd.DataFrame) -> None:
+    """The default record's decision, the numbers it was made on and the default's distribution (by cell)."""
     chosen = str(row["cell"])
     ev.chosen = chosen if chosen not in ("", "None", "nan") else None
     ev.rule_kind, ev.rule, ev.rule_satisfied = str(row["kind"]), str(row["rule"]), bool(row["rule_satisfied"])
     decision = str(row["min_p_decision"])
     if decision and decision != "nan":
         ev.min_p_decision, ev.min_p_reason = decision, str(row["min_p_reason"])
-    ev.kept, ev.entropy_nats = kept, entropy
+    hit = dist.loc[row["cell"]] if row["cell"] in dist.index else None
+    ev.kept = int(hit["kept"]) if hit is not None else None
+    ev.entropy_nats = _num(hit.get("entropy_nats")) if hit is not None else None
     get = lambda name: _num(row.get(name))  # noqa: E731
     ev.distance, ev.runner_up_distance, ev.greedy_distance = get("distance"), get("runner_up_distance"), \
         get("greedy_distance")
@@ -128,7 +127,6 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     """Pass: the table is complete (every cell, greedy, the human row), a default is chosen with its
     numbers and kept count, and the min-p decision is stated. A rule that found no cell inside its
     threshold (the old in-corpus floor) is a finding in the verdict, not a failure."""
-    title = "M2 Sampling: full repetition table, a default chosen by a stated rule, min-p decision"
     rcfg = data.config.get("sampling", {}).get("repetition", {})
     repeats = (
         f"{len(rcfg.get('prompts', []))} prompts x {rcfg.get('samples')} samples x "
@@ -138,12 +136,12 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     )
     stamps = stamps_for(data, "sp_repetition", repeats, "greedy decoding and held-out human text on the same prompts",
                         machine_fallback)
-    absent = missing_milestone(data, "M2", title, stamps)
+    absent = missing_milestone(data, "M2", stamps)
     if absent is not None:
         return absent
-    rep = data.require("sp_repetition", "cell")
-    default = data.require("sp_default", *DEFAULT_COLUMNS)
-    dist = data.require("sp_distribution", "cell", "kept").set_index("cell")
+    rep = data.require("sp_repetition")
+    default = data.require("sp_default")
+    dist = data.require("sp_distribution").set_index("cell")
     expected = set(sampling_cells(data.config["sampling"])) if "sampling" in data.config else set()
     present = set(rep["cell"].astype(str))
     seed = data.seed_reference
@@ -151,10 +149,7 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
                           HUMAN in present, seed_cell=dict(seed.get("sampling", {}).get("reference_cell", {})))
     _table_facts(ev, cell_table(data, seed))
     if len(default):
-        row = default.iloc[0]
-        hit = dist.loc[row["cell"]] if row["cell"] in dist.index else None
-        _default_facts(ev, row, int(hit["kept"]) if hit is not None else None,
-                       _num(hit.get("entropy_nats")) if hit is not None else None)
+        _default_facts(ev, default.iloc[0], dist)
     stated = ev.chosen is not None and bool(ev.rule)
     ev.targets = [
         Target("grid cells in the repetition table", ev.cells_present, ev.cells_expected, not ev.cells_absent,
@@ -182,4 +177,4 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         problems.append("no min-p decision stated")
     if ev.chosen is not None and ev.kept is None:
         problems.append(f"no kept-token count for the default {ev.chosen} in the distribution table")
-    return Milestone("M2", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M2", ev, stamps, problems)

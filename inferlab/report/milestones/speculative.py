@@ -8,11 +8,10 @@ import pandas as pd
 
 from inferlab.report.inputs import ReportInputError, ReportInputs
 from inferlab.report.milestones.common import (
-    FAIL,
-    PASS,
     Milestone,
     Target,
     Timing,
+    checked,
     engine_rows,
     engines_in,
     missing_milestone,
@@ -20,13 +19,6 @@ from inferlab.report.milestones.common import (
 )
 from inferlab.report.stamp_reader import stamps_for
 from inferlab.review.numbers import number as _num
-
-# The summary's columns M3 reads (speculative_summary: summarise, with_step_bounds, with_compile_seconds,
-# with_job_speed_spread); a round's accounting and each step against its bound are in the appendix's table.
-SUMMARY_COLUMNS = ("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward", "c_time",
-                   "speedup_theory_params", "speedup_theory_time", "wall_speedup", "verify_cost_ratio",
-                   "c_time_in_round", "compile_s", "packages", "target_step_ms", "c_params", "target_step_bound_ms",
-                   "draft_step_bound_ms", "verify_bound_ratio", "job_speeds_differ")
 
 # The engine's targets: on the compiled engine, whose rounds are one graph each, the fastest group
 # beats compiled target-only sampling by this on the wall clock;
@@ -96,12 +88,6 @@ def group_name(row: pd.Series) -> str:
     return f"{row['draft']} k={int(row['k'])}"
 
 
-def _pick(picks: pd.DataFrame, rows: pd.DataFrame, *criteria: str) -> pd.Series:
-    """The summary row of the group the producer picked by the first of `criteria` present."""
-    pick = picks[picks["criterion"].isin(criteria)].iloc[0]
-    return rows[(rows["draft"] == pick["draft"]) & (rows["k"] == pick["k"])].iloc[0]
-
-
 def _range(values: pd.Series) -> tuple[float, float]:
     return float(values.min()), float(values.max())
 
@@ -109,7 +95,8 @@ def _range(values: pd.Series) -> tuple[float, float]:
 def spec_engine(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> SpecEngine:
     rows, picks = engine_rows(summary, engine), engine_rows(best, engine)
     own = picks[picks["criterion"].isin(["chosen_for_engine", "chosen"])].iloc[0]
-    fastest = _pick(picks, rows, "wall_speedup")
+    pick = picks[picks["criterion"] == "wall_speedup"].iloc[0]
+    fastest = rows[(rows["draft"] == pick["draft"]) & (rows["k"] == pick["k"])].iloc[0]
     at_bound = picks[picks["criterion"] == "speedup_at_bound"].iloc[0]
     ev = SpecEngine(
         str(own["draft"]), int(own["k"]), {str(d): float(g["c_time"].iloc[0]) for d, g in rows.groupby("draft")},
@@ -174,7 +161,6 @@ def _table_facts(ev: SpecEvidence, summary: pd.DataFrame, engines: list[str]) ->
 
 
 def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milestone:
-    title = "M3 Speculative: chosen draft and k with reason, greedy identity in every case"
     scfg = data.config.get("speculative", {})
     repeats = (
         f"{len(scfg.get('prompts', []))} prompts x {len(scfg.get('seeds', []))} seeds x "
@@ -187,12 +173,12 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         "plain target sampling (target alone), same prompts, seeds and engine, timed interleaved in each group's job",
         machine_fallback
     )
-    absent = missing_milestone(data, "M3", title, stamps)
+    absent = missing_milestone(data, "M3", stamps)
     if absent is not None:
         return absent
-    summary = data.require("spec_summary", *SUMMARY_COLUMNS)
-    identical = data.require("spec_identity", "identical")["identical"].astype(bool)
-    best = data.require("spec_best", "criterion", "draft", "k", "reason")
+    summary = data.require("spec_summary")
+    identical = data.require("spec_identity")["identical"].astype(bool)
+    best = data.require("spec_best")
     chosen = best[best["criterion"] == "chosen"]
     if chosen.empty:
         raise ReportInputError(f"{data.paths.get('spec_best', 'spec_best')} has no row with criterion 'chosen'")
@@ -205,7 +191,7 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
                       _num(group.get("alpha")), _num(group.get("speedup_theory_time")), _num(group.get("wall_speedup")),
                       int(identical.sum()), len(identical), {e: spec_engine(summary, best, e) for e in engines},
                       seed=dict(data.seed_reference.get("speculative", {})),
-                      timing=timing(data, stamps, "spec_summary"))
+                      timing=timing(data, stamps, "M3"))
     _table_facts(ev, summary, engines)
     ev.targets = [Target("greedy output identical to the target's (cases)", ev.greedy_identical, ev.greedy_cases,
                          ev.greedy_identical == ev.greedy_cases > 0, limit_of="every case"),
@@ -214,4 +200,4 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     if ev.greedy_identical != ev.greedy_cases or ev.greedy_cases == 0:
         problems.append(f"greedy speculative output matches target greedy in only {ev.greedy_identical} of "
                         f"{ev.greedy_cases} cases")
-    return Milestone("M3", title, FAIL if problems else PASS, ev, stamps, [], problems)
+    return checked("M3", ev, stamps, problems)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from inferlab.experiments import TABLES
+from inferlab.experiments import MILESTONES, TABLES
 from inferlab.report import narrative
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
@@ -24,49 +24,36 @@ def without_empty_theirs(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=empty)
 
 
-def missing_note(doc: Document, data: ReportInputs, *keys: str) -> bool:
-    missing = data.missing(*keys)
+def appendix_of_inputs(doc: Document, data: ReportInputs) -> None:
+    """Every table the report read, complete, under its file name; the corpus statistics (JSON) last."""
+    stats = data.json.get("corpus_stats")
+    tables = {**data.tables, "corpus_stats": pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in stats.items()])
+              if stats else None}
+    for key, df in tables.items():
+        if df is not None:
+            title = TABLES[key].title if key in TABLES else key
+            doc.full_table(f"input-{key}", f"{title} ({data.paths.get(key, key)})", df)
+
+
+def experiment(doc: Document, data: ReportInputs, m: Milestone, title: str, question: str, prediction: str) -> bool:
+    """The lab page's frame: the question in one sentence, then the prediction made before measuring. False
+    when a table its spec's body needs is absent: the section then says MISSING and gives the verdict alone."""
+    doc.add("h2", title)
+    doc.add("question", question)
+    doc.add("prediction", prediction)
+    missing = data.missing(*MILESTONES[m.id].body_needs)
     if missing:
         doc.add(
             "p", "MISSING: this section's tables were not produced in this workflow run: " + ", ".join(missing) + "."
         )
-    return bool(missing)
+        doc.blocks += narrative.verdict_blocks(m)
+    return not missing
 
 
-def input_slug(key: str) -> str:
-    return f"input-{key}"
-
-
-def _title(key: str) -> str:
-    return TABLES[key].title if key in TABLES else key
-
-
-def appendix_of_inputs(doc: Document, data: ReportInputs) -> None:
-    """Every table the report read, complete, under its file name."""
-    for key, df in data.tables.items():
-        if df is not None:
-            source = data.paths.get(key, key)
-            doc.full_table(input_slug(key), f"{_title(key)} ({source})", df)
-    stats = data.json.get("corpus_stats")
-    if stats:
-        doc.full_table(input_slug("corpus_stats"), f"{_title('corpus_stats')} "
-                       f"({data.paths.get('corpus_stats', 'corpus_stats')})",
-                       pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in stats.items()]))
-
-
-def experiment(doc: Document, title: str, question: str, prediction: str) -> None:
-    """The lab page's frame: the question in one sentence, then the prediction made before measuring."""
-    doc.add("h2", title)
-    doc.add("question", question)
-    doc.add("prediction", prediction)
-
-
-def findings(doc: Document, m: Milestone) -> None:
-    """The three things to read straight off the table (the lab page's 三件事), from the milestone's evidence."""
+def conclude(doc: Document, m: Milestone, *notes: tuple) -> None:
+    """The three things to read straight off the table (the lab page's 三件事, from the milestone's evidence),
+    any notes, then the verdict."""
     sentences = narrative.findings(m)
     if sentences:
         doc.add("findings", sentences)
-
-
-def verdict(doc: Document, m: Milestone) -> None:
-    doc.blocks += narrative.verdict_blocks(m)
+    doc.blocks += [*notes, *narrative.verdict_blocks(m)]

@@ -6,14 +6,15 @@ import math
 
 import pandas as pd
 
-from inferlab.report import figures as F
-from inferlab.report.display import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO, per_engine
+from inferlab.experiments import FIGURES
+from inferlab.kvcache.spec import FLOP_ESTIMATE, GENERATED_TOKENS, SEED_CPU_RATIO
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone, engines_in
 from inferlab.report.milestones.kvcache import kv_ratio_by_length
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
+from inferlab.report.sections.common import conclude, experiment, without_empty_theirs
 from inferlab.review.numbers import fmt
+from inferlab.spec import per_engine
 
 
 def ratio_table(summary: pd.DataFrame, fit: pd.DataFrame | None, seed: dict) -> pd.DataFrame:
@@ -75,18 +76,16 @@ def section_kvcache(doc: Document, data: ReportInputs, m: Milestone, seed: dict)
                       f"{pred}: the cache turns quadratic work into linear work.")
     else:
         prediction = "MISSING: results/kvcache/fit.parquet (FLOP estimate)."
-    experiment(doc, "Experiment 1: KV cache against no cache",
-               "How many times faster does our model generate with a KV cache than without, and why?", prediction)
-    if missing_note(doc, data, "kv_timings", "kv_summary"):
-        verdict(doc, m)
+    if not experiment(doc, data, m, "Experiment 1: KV cache against no cache",
+                      "How many times faster does our model generate with a KV cache than without, and why?",
+                      prediction):
         return
     table = ratio_table(data.table("kv_summary"), fit, seed)
-    doc.add("figure", "kvcache_ratio", F.FIGURES["kvcache_ratio"])
+    doc.add("figure", "kvcache_ratio", FIGURES["kvcache_ratio"].title)
     full = doc.full_table("kv-ratios", "KV cache: speed ratio per engine and length, with min-max over reruns",
                           kv_ratio_by_length(data.table("kv_summary")))
     doc.add("table", without_empty_theirs(table), "Speed ratio no-cache / cache time (median of paired reruns; "
             "eager is the seed-faithful engine). The fit, profiler and roofline tables are in the appendix.", full)
-    findings(doc, m)
-    if data.table("engine_bench") is not None:
-        doc.add("note", engine_bench_note(data.table("engine_bench"), data.provenance.get("engine_bench", {})))
-    verdict(doc, m)
+    bench = data.table("engine_bench")
+    conclude(doc, m, *([("note", engine_bench_note(bench, data.provenance.get("engine_bench", {})))]
+                       if bench is not None else []))

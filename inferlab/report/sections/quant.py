@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from inferlab.report import figures as F
-from inferlab.report.display import SEED_DELTA_LOSS
+from inferlab.experiments import FIGURES
+from inferlab.quant.spec import SEED_DELTA_LOSS, SEED_SCHEMES
+from inferlab.quant.spec import SPEC as QUANT
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
-from inferlab.report.milestones.quant import SEED_SCHEMES
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
+from inferlab.report.sections.common import conclude, experiment, without_empty_theirs
 from inferlab.review.numbers import fmt
-
-COLUMNS = ["scheme", "bits", "delta_loss", SEED_DELTA_LOSS, "kl_mean_nats", "top1_agreement", "within_noise"]
 
 
 def scheme_table(summary: pd.DataFrame, seed: dict) -> pd.DataFrame:
@@ -21,7 +19,7 @@ def scheme_table(summary: pd.DataFrame, seed: dict) -> pd.DataFrame:
     theirs = {scheme: seed.get("quantization", {}).get(key) for scheme, key in SEED_SCHEMES.items()}
     table = summary.assign(**{SEED_DELTA_LOSS: [theirs.get(str(s)) for s in summary["scheme"]]})
     table = table.sort_values("delta_loss", kind="stable")
-    return table[[c for c in COLUMNS if c in table.columns]].reset_index(drop=True)
+    return table[[c for c in QUANT.body if c in table.columns]].reset_index(drop=True)
 
 
 def shown_rows(table: pd.DataFrame, chosen: str) -> pd.DataFrame:
@@ -35,20 +33,18 @@ def shown_rows(table: pd.DataFrame, chosen: str) -> pd.DataFrame:
 def section_quant(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
     nf = data.table("noise_floor")
     floor = f" ({fmt(float(nf['floor'].iloc[0]))} nats, from our reruns)" if nf is not None else " (missing)"
-    experiment(doc, "Experiment 4: weight quantization",
-               "To how few bits can the weights go before the validation loss rises above the noise floor?",
-               f"A scheme is indistinguishable from fp32 when its validation-loss increase is below the noise floor"
-               f"{floor}. Finer scales (per channel, small groups) and GPTQ should lose less at 4 and 3 bits.")
-    if missing_note(doc, data, "quant_summary"):
-        verdict(doc, m)
+    if not experiment(doc, data, m, "Experiment 4: weight quantization",
+                      "To how few bits can the weights go before the validation loss rises above the noise floor?",
+                      f"A scheme is indistinguishable from fp32 when its validation-loss increase is below the noise "
+                      f"floor{floor}. Finer scales (per channel, small groups) and GPTQ should lose less at 4 and 3 "
+                      "bits."):
         return
     choice = data.table("quant_choice")
     table = scheme_table(data.table("quant_summary"), seed)
-    doc.add("figure", "quant_delta", F.FIGURES["quant_delta"])
+    doc.add("figure", "quant_delta", FIGURES["quant_delta"].title)
     full = doc.full_table("quant-schemes", "Quantization: every scheme, smallest loss increase first", table)
     doc.add("table", without_empty_theirs(shown_rows(table, str(choice["scheme"].iloc[0]) if choice is not None
                                                      and len(choice) else "")),
             "Per bit width the smallest and largest validation-loss increase over fp32, full validation split "
             "(the tied embedding stays fp32)", full)
-    findings(doc, m)
-    verdict(doc, m)
+    conclude(doc, m)

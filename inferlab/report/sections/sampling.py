@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from inferlab.report import figures as F
-from inferlab.report.display import SEED_KEPT
+from inferlab.experiments import FIGURES
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
 from inferlab.report.milestones.sampling import cell_table
 from inferlab.report.render import Document
-from inferlab.report.sections.common import experiment, findings, missing_note, verdict, without_empty_theirs
+from inferlab.report.sections.common import conclude, experiment, without_empty_theirs
 from inferlab.sampling.grid import GREEDY, HUMAN
+from inferlab.sampling.spec import EXAMPLE_COLUMNS, ROW_NAMES, SEED_KEPT
 
 NEAREST = 4  # cells shown after the default, closest to human text first
-ROW_NAMES = {GREEDY: "greedy (baseline)", HUMAN: "reference: validation text (human)"}
 
 
 def readable(table: pd.DataFrame) -> pd.DataFrame:
@@ -29,8 +28,7 @@ def example_texts(samples: pd.DataFrame) -> pd.DataFrame:
     ex["text"] = ex["text"].astype(str).str.slice(0, 60)
     ex.insert(1, "source", ["validation text (human, not model output)" if c == HUMAN else "model output"
                             for c in ex["cell"]])
-    return ex[[c for c in ("cell", "source", "prompt", "sample", "seq_rep_4", "in_corpus_4gram_share", "text")
-               if c in ex.columns]]
+    return ex[[c for c in EXAMPLE_COLUMNS if c in ex.columns]]
 
 
 def shown_rows(table: pd.DataFrame, chosen: str) -> pd.DataFrame:
@@ -51,25 +49,22 @@ PREDICTION = ("Raising T flattens the distribution, so entropy and the kept coun
 
 
 def section_sampling(doc: Document, data: ReportInputs, m: Milestone, seed: dict) -> None:
-    experiment(doc, "Experiment 2: temperature × top-p (and min-p)",
-               "Which temperature and truncation should be our default, judged by how close the text comes to "
-               "human text?", PREDICTION)
-    if missing_note(doc, data, "sp_repetition", "sp_default"):
-        verdict(doc, m)
+    if not experiment(doc, data, m, "Experiment 2: temperature × top-p (and min-p)",
+                      "Which temperature and truncation should be our default, judged by how close the text comes "
+                      "to human text?", PREDICTION):
         return
     chosen = str(data.table("sp_default").iloc[0]["cell"])
     table = cell_table(data, seed)
-    doc.add("figure", "sampling_repetition", F.FIGURES["sampling_repetition"])
+    doc.add("figure", "sampling_repetition", FIGURES["sampling_repetition"].title)
     full = doc.full_table("sampling-cells", "Sampling: every cell's distribution, repetition and distance to human "
                           "text", readable(table), figure="sampling_heatmaps")
     doc.add("table", without_empty_theirs(readable(shown_rows(table, chosen))),
             "Cells against held-out human text (the 'human' row: validation text scored the same way, not model "
             "output); closest to human text first", full)
-    findings(doc, m)
     samples = data.table("sp_samples")
     if samples is not None and "text" in samples.columns:
         doc.full_table("sampling-examples", "Sampling: one example text per cell (first 60 characters), and the "
                        "held-out validation text they are measured against", example_texts(samples))
-    doc.add("note", "Example texts per cell are in the appendix. The sampling workbench (sampling-workbench.html) "
-            "recomputes every cell's distribution in the browser from the same logits.")
-    verdict(doc, m)
+    conclude(doc, m, ("note", "Example texts per cell are in the appendix. The sampling workbench "
+                      "(sampling-workbench.html) recomputes every cell's distribution in the browser from the same "
+                      "logits."))

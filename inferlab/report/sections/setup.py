@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from inferlab.report import figures as F
-from inferlab.report.display import SEED_PARAMS
+from inferlab.experiments import FIGURES
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.render import Document
 from inferlab.review.numbers import fmt
+from inferlab.training.spec import SEED_PARAMS
 
 
 def model_rows(data: ReportInputs, seed: dict) -> list[dict]:
@@ -48,7 +48,7 @@ def section_setup(doc: Document, data: ReportInputs, seed: dict) -> None:
                 + ". Ours is what this architecture gives; it is reported as measured, not adjusted. The seed page's "
                 f"target ended at validation loss {seed.get('model', {}).get('val_loss')} (their model, their machine, "
                 "their training budget)."))
-    curves = ("figure", "training_curves", F.FIGURES["training_curves"])
+    curves = ("figure", "training_curves", FIGURES["training_curves"].title)
     doc.add("pair", [*left, noise_floor_block(data, seed)], [curves])
 
 
