@@ -34,6 +34,7 @@ from inferlab.review.diff_summary import (
     unexplained,
 )
 from inferlab.review.lineage_graph import STALE, LineageGraph, lineage_table, stale_inputs
+from inferlab.review.numbers import fmt
 from inferlab.review.verdicts import NOT_COMPARABLE, missing
 from inferlab.spec import NOISE_WORDS
 
@@ -170,7 +171,7 @@ def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, ca
     deterministic = metrics[~metrics["timing"].astype(bool) & (metrics["experiment"] != "milestones")]
     timings = metrics[metrics["timing"].astype(bool)]
     probe = (causes or {}).get("calibration") or {}
-    rates = (f", probe {probe['bandwidth_GB_per_s']:.3g} GB/s and {probe['peak_GFLOP_per_s']:.3g} GFLOP/s"
+    rates = (f", probe {fmt(probe['bandwidth_GB_per_s'], ' GB/s')} and {fmt(probe['peak_GFLOP_per_s'], ' GFLOP/s')}"
              if {"bandwidth_GB_per_s", "peak_GFLOP_per_s"} <= probe.keys() else "")
     entry = f"results/history/{run_id}" if run_id else "results/metrics.parquet"
     return [
