@@ -21,7 +21,7 @@ MAX_PAIRED_ASPECT = 3.0  # a wider figure (small multiples) keeps the full width
 # A figure is never drawn below this fraction of its natural size: its 10 pt labels, saved at 110 dpi, stay
 # about 8 px tall. Narrower than that (a three-panel figure on a phone), it scrolls sideways like a table.
 LEGIBLE_SCALE = 0.55
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("inferlab.report", "templates"),
+ENV = jinja2.Environment(loader=jinja2.PackageLoader("inferlab.report", "templates"),
                           autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 
 
@@ -104,4 +104,4 @@ def html_page(doc: Document) -> str:
     for s in sections(doc.blocks):
         view.append({**s, "experiment": bool(s["heading"]) and s["heading"].startswith("Experiment"),
                      "blocks": paired([block_view(doc, b) for b in s["blocks"]])})
-    return _ENV.get_template(TEMPLATE).render(title=doc.title, sections=view, appendix=appendix_view(doc))
+    return ENV.get_template(TEMPLATE).render(title=doc.title, sections=view, appendix=appendix_view(doc))
