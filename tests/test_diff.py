@@ -319,6 +319,11 @@ def test_milestone_card_lines_name_the_flip_and_the_change():
     assert lines["M4"].startswith("flipped pass → fail")
     assert "chosen_scheme chosen: int4_per_channel_sym → int4_g32_sym" in lines["M4"]
     assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]
+    # against another configuration the card counts its changes; "Changes since …" gives their causes
+    other = diff_summary.milestone_change_lines(d, other_config=True)["M4"]
+    changed = int((d.experiment.isin(("quant", "models")) & (d.verdict == verdicts.CHANGED)).sum())
+    assert other.startswith("flipped pass → fail; ") and "chosen_scheme" not in other
+    assert f"; {changed} changed" in other and "more changed" not in other
 
 
 def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):

@@ -193,7 +193,8 @@ def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, ca
 def opening_blocks(milestones: list[Milestone], changes: Changes, reviewers: list[tuple] | None = None) -> list[tuple]:
     """The first screen: any unexplained change, one card per milestone, "For reviewers", then
     "Changes since …" by cause."""
-    lines = milestone_change_lines(changes.table, machine=changes.machine) if changes.table is not None else {}
+    lines = (milestone_change_lines(changes.table, machine=changes.machine, other_config=bool(changes.config_note))
+             if changes.table is not None else {})
     since = f"Since {changes.old_label}" if changes.old_label else "Since the reference"
     if changes.config_note:
         since += " (a run of another configuration)"

@@ -97,9 +97,7 @@ def _fmt(value, text=None) -> str:
 
 
 def _signed(value, suffix: str = "") -> str:
-    if missing(value):
-        return "–"
-    return f"{value:+.0f}{suffix}" if abs(value) >= 100 else f"{value:+.3g}{suffix}"
+    return "–" if missing(value) else fmt(value, "+") + suffix
 
 
 def counts(diff: pd.DataFrame) -> dict[str, int]:
@@ -163,9 +161,11 @@ def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bo
     return "\n".join(lines).rstrip() + "\n"
 
 
-def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | None = None) -> dict[str, str]:
+def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | None = None,
+                           other_config: bool = False) -> dict[str, str]:
     """One line per milestone for its card: a flip, the first few changes each with its nearest
-    cause, the rest as counts."""
+    cause, the rest as counts. Against a run of another configuration, where any metric may move with
+    it, a card lists only the unexplained changes and counts the rest: "Changes since …" gives each its cause."""
     lines = {}
     for milestone, spec in MILESTONES.items():
         status = diff[(diff.experiment == "milestones") & (diff.key == milestone)]
@@ -174,13 +174,14 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
         if not status.empty and status.iloc[0].verdict == FLIPPED:
             parts.append(f"flipped {status.iloc[0].old_text} → {status.iloc[0].new_text}")
         changes = rows[(rows.verdict == CHANGED) | (rows.cause_kind == UNEXPLAINED)]
-        for r in changes.head(listed).itertuples():
+        shown = (changes[changes.cause_kind == UNEXPLAINED] if other_config else changes).head(listed)
+        for r in shown.itertuples():
             text = (f"{_fmt(r.old, r.old_text)} → {_fmt(r.new, r.new_text)}" if not missing(r.new_text)
                     or not missing(r.old_text) else f"{_signed(r.delta)} ({_signed(r.delta_pct, '%')})")
             parts.append(f"{r.metric} {r.key}: {text}"
                          + (f" [{brief_cause(r.causes, machine)}]" if r.causes else ""))
-        if len(changes) > listed:
-            parts.append(f"{len(changes) - listed} more changed")
+        if len(changes) > len(shown):
+            parts.append(f"{len(changes) - len(shown)}{' more' if len(shown) else ''} changed")
         tally = counts(rows)
         rest = ", ".join(f"{tally[v]} {v}" for v in (ADDED, REMOVED, NOT_COMPARABLE, WITHIN) if tally[v])
         not_comparable = list(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in
