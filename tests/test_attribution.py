@@ -320,6 +320,19 @@ def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_pat
     same, _ = change_groups(verdicts.diff_metrics(old, make_run(tmp_path / "same", damp=0.05)[0], old_record,
                                                   new_record), None)
     assert not same
+    # a card names the machine change in two words; "Changes since …" names the machines
+    assert diff_summary.milestone_change_lines(d, machine=machine)["M1"].endswith("1 not comparable [another machine])")
+
+
+def test_a_long_cause_folds_into_one_line_and_opens_onto_all_of_it(tmp_path, monkeypatch):
+    from inferlab.report.opening import change_groups
+
+    old, old_record = make_run(tmp_path / "old")
+    new, new_record = make_run(tmp_path / "new", damp=0.05)
+    monkeypatch.setattr(diff_summary, "CARD_CAUSE_CHARS", 20)
+    (group,) = change_groups(verdicts.diff_metrics(old, new, old_record, new_record))[1]
+    heading = "config: quantization.gptq.damp 0.01 → 0.05"
+    assert group[1] == f"{heading[:19].rstrip()}… — moved 1 metric(s)" and group[2][0] == ("p", heading)
 
 
 def test_a_hand_altered_deterministic_value_is_unexplained_and_heads_the_diff(tmp_path):

@@ -28,6 +28,7 @@ from inferlab.review.diff_summary import (
     cause_groups,
     cause_lines,
     counts,
+    cut,
     milestone_change_lines,
     needs_look,
     reproducibility_line,
@@ -119,14 +120,16 @@ def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tup
 
 
 def _cause_blocks(rows: pd.DataFrame, machine: str | None, listed: int) -> list[tuple]:
-    """Per cause one line, its heading and how many metrics it moved: one config edit is one line.
-    Opened, each further cause on a line of its own and a short table of what it moved."""
+    """Per cause one line, its heading (cut to one line) and how many metrics it moved: one config edit is
+    one line. Opened, the whole heading, each further cause on a line of its own and a short table of
+    what it moved."""
     blocks: list[tuple] = []
     for _, causes, group in cause_groups(rows):
         heading, also = cause_lines(causes, machine)
         more = f" (the first {listed} of {len(group)})" if len(group) > listed else ""
-        inner = [("cause", "Further causes", also)] if also else []
-        blocks.append(("details", f"{heading} — moved {len(group)} metric(s)",
+        inner = [("p", heading)] if cut(heading) != heading else []
+        inner += [("cause", "Further causes", also)] if also else []
+        blocks.append(("details", f"{cut(heading)} — moved {len(group)} metric(s)",
                        [*inner, ("table", changes_table(group.head(listed)), f"Metrics with this cause{more}")]))
     return blocks
 

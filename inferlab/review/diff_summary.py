@@ -25,7 +25,8 @@ from inferlab.review.verdicts import (
     same,
 )
 
-# A card names a few metrics, each with its nearest cause cut to this; the section below has them in full.
+# A card names a few metrics, each with its nearest cause cut to this, and a folded cause line in
+# "Changes since …" its heading; opened, the section has them in full.
 CARD_CAUSE_CHARS = 80
 
 
@@ -81,11 +82,16 @@ def cause_lines(causes: tuple[Cause, ...], machine: str | None = None) -> tuple[
     return lines[0], lines[1:]
 
 
+def cut(text: str) -> str:
+    """text as a one-line summary shows it: at most CARD_CAUSE_CHARS, an ellipsis where it was cut."""
+    return text if len(text) <= CARD_CAUSE_CHARS else text[:CARD_CAUSE_CHARS - 1].rstrip() + "…"
+
+
 def brief_cause(causes: tuple[Cause, ...], machine: str | None = None, with_more: bool = True) -> str:
     """A metric's causes as a milestone card shows them: the nearest cause, cut to CARD_CAUSE_CHARS,
     and (with_more) how many further causes the "Changes since …" section below lists."""
     heading, also = cause_lines(causes, machine)
-    text = heading if len(heading) <= CARD_CAUSE_CHARS else heading[:CARD_CAUSE_CHARS - 1].rstrip() + "…"
+    text = cut(heading)
     more = f" (+{len(also)} more cause{'s' if len(also) > 1 else ''} below)" if also and with_more else ""
     return text + more
 
@@ -184,10 +190,12 @@ def milestone_change_lines(diff: pd.DataFrame, listed: int = 3, machine: str | N
             parts.append(f"{len(changes) - len(shown)}{' more' if len(shown) else ''} changed")
         tally = counts(rows)
         rest = ", ".join(f"{tally[v]} {v}" for v in (ADDED, REMOVED, NOT_COMPARABLE, WITHIN) if tally[v])
-        not_comparable = list(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in
-                                            rows[rows.verdict == NOT_COMPARABLE]["causes"] if c))
-        if not_comparable:
-            rest += f" [{not_comparable[0]}{'; …' if len(not_comparable) > 1 else ''}]"
+        incomparable = [c for c in rows[rows.verdict == NOT_COMPARABLE]["causes"] if c]
+        if incomparable and all(c[0].kind == MACHINE for c in incomparable):
+            rest += " [another machine]"  # which, "Changes since …" says in one line
+        elif incomparable:
+            briefs = list(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in incomparable))
+            rest += f" [{briefs[0]}{'; …' if len(briefs) > 1 else ''}]"
         if rows.empty and status.empty:
             lines[milestone] = "nothing to compare"
         elif parts:
