@@ -22,6 +22,7 @@ import yaml
 
 from inferlab.jobs.tables import read_json, read_provenance
 from inferlab.jobs.template_lineage import rule_code_sha256
+from inferlab.quant.schemes import SCHEMES
 from inferlab.review.ledger import list_runs
 from inferlab.review.lineage_graph import CURRENT, STALE, lineage_table
 from tests.conftest import link_workflow, synthetic_corpus
@@ -281,9 +282,17 @@ def _add_constant(text: str) -> str:
 
 @pytest.mark.slow
 def test_semantic_quant_edit_reruns_exactly_the_quant_jobs_and_report(completed_run, edit_package):
-    schemes = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))["quantization"]["schemes"]
+    """The scheme jobs, the summary and, on the compiled engine, the packages: fp32's and each kernel scheme's
+    (compile_quant quantises too)."""
+    config = yaml.safe_load((completed_run / "tiny.yaml").read_text(encoding="utf-8"))
+    default = yaml.safe_load((ROOT / "config/config.yaml").read_text(encoding="utf-8"))
+    engines = config.get("engine") or default["engine"]
+    schemes = config["quantization"]["schemes"]
+    kernels = [scheme for scheme in schemes if SCHEMES[scheme].kernel]
+    packages = {"compile_quant": len(kernels) + 1} if "compiled" in engines and kernels else {}
     edit_package("quant/methods.py", _add_constant)
-    assert _dry_run_jobs(completed_run) == {"quant_scheme": len(schemes), "quant_summary": 1, "report": 1, "all": 1}
+    assert _dry_run_jobs(completed_run) == {"quant_scheme": len(schemes), **packages, "quant_summary": 1,
+                                            "report": 1, "all": 1}
 
 
 @pytest.mark.slow
