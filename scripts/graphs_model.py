@@ -8,7 +8,7 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.engine import CompiledEngine
-from inferlab.core.packages import build_or_mark_unavailable, write_manifest
+from inferlab.core.packages import build_packages
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.job_start import start_job
@@ -33,5 +33,4 @@ def build():
     build_forward_graphs(model, encode_prompts(vocab, p.prompts), p.new_tokens, tuple(p.token_counts), engine)
 
 
-build_or_mark_unavailable(directory, build, log)
-write_manifest(directory, Path(smk.output.manifest), lineage)
+build_packages(directory, Path(smk.output.manifest), lineage, build, log)

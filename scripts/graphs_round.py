@@ -8,7 +8,7 @@ import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
 from inferlab.core.checkpoint import load_checkpoint
 from inferlab.core.engine import CompiledEngine
-from inferlab.core.packages import UNAVAILABLE, build_or_mark_unavailable, graph_dirs, write_manifest
+from inferlab.core.packages import UNAVAILABLE, build_packages, graph_dirs
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
@@ -36,5 +36,4 @@ def build():
                        SamplingSettings(temperature=p.temperature, top_p=p.top_p), engine)
 
 
-build_or_mark_unavailable(directory, build, log)
-write_manifest(directory, Path(smk.output.manifest), lineage)
+build_packages(directory, Path(smk.output.manifest), lineage, build, log)

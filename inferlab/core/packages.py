@@ -238,10 +238,12 @@ def write_manifest(directory: Path, manifest_path: Path, lineage: dict | None) -
     return manifest
 
 
-def build_or_mark_unavailable(directory: Path, build: Callable[[], None], log) -> None:
-    """build(), which runs graphs on an engine building into directory. When it cannot compile (no C++
-    toolchain, an export torch refuses), the reason goes to UNAVAILABLE with the traceback in the log,
-    and the jobs that take these packages run eager, saying why in their tables."""
+def build_packages(directory: Path, manifest_path: Path, lineage: dict | None, build: Callable[[], None],
+                   log) -> None:
+    """A compile rule's work: build(), which runs graphs on an engine building into directory, then the
+    manifest of what it built (write_manifest). When it cannot compile (no C++ toolchain, an export torch
+    refuses), the reason goes to UNAVAILABLE with the traceback in the log, and the jobs that take these
+    packages run eager, saying why in their tables."""
     import traceback
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -251,6 +253,7 @@ def build_or_mark_unavailable(directory: Path, build: Callable[[], None], log) -
         traceback.print_exc(file=log)
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         (directory / UNAVAILABLE).write_text(reason + "\n")
+    write_manifest(directory, manifest_path, lineage)
 
 
 def graph_dirs(inputs) -> list[Path]:
