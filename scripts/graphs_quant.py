@@ -5,11 +5,11 @@ packages are compiled for the timing jobs' thread count, whatever this job runs 
 from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
-import torch
 
 from inferlab.core.checkpoint import load_checkpoint, load_token_ids
 from inferlab.core.engine import CompiledEngine
-from inferlab.core.packages import build_or_mark_unavailable, write_manifest
+from inferlab.core.packages import build_packages
+from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
@@ -23,8 +23,7 @@ vocab = load_vocabulary(smk.input.vocab)
 model, _ = load_checkpoint(Path(smk.input.meta).parent, expected_vocab_sha256=vocab.sha256())
 directory = Path(smk.output.packages)
 engine = CompiledEngine(build_dir=directory, inductor_options=KERNEL_INDUCTOR_OPTIONS, threads=p.timing_threads)
-prompt = torch.tensor([vocab.encode(p.speed["prompt"])], dtype=torch.long)
+prompt, _ = encode_prompt(vocab, p.speed["prompt"])
 
-build_or_mark_unavailable(directory, lambda: build_speed_graphs(
+build_packages(directory, Path(smk.output.manifest), lineage, lambda: build_speed_graphs(
     model, p.scheme, load_token_ids(smk.input.train), p.seq_len, prompt, p.speed["new_tokens"], p.gptq, engine), log)
-write_manifest(directory, Path(smk.output.manifest), lineage)

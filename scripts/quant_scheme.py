@@ -4,11 +4,11 @@ from pathlib import Path
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 import pandas as pd
-import torch
 
 from inferlab.core.checkpoint import load_checkpoint, load_token_ids
 from inferlab.core.checkpoint_meta import model_stamp
 from inferlab.core.packages import graph_dirs
+from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
@@ -23,7 +23,7 @@ log = start_job(smk.log[0], smk.threads, lineage=job_lineage(smk.rule, smk.param
 model, meta = load_checkpoint(Path(smk.input.meta).parent, "cpu")
 vocab = load_vocabulary(smk.input.vocab)
 speed = smk.params.speed
-prompt = torch.tensor([vocab.encode(speed["prompt"])], dtype=torch.long)
+prompt, prompt_unk = encode_prompt(vocab, speed["prompt"])
 row = run_scheme(model, smk.params.scheme, load_token_ids(smk.input.val), load_token_ids(smk.input.train),
                  smk.params.seq_len, prompt, speed["new_tokens"], speed["reps"],
                  gptq=smk.params.gptq, device="cpu", progress_file=log, engines=tuple(smk.params.engines),
@@ -33,6 +33,6 @@ provenance = job_stamps(machine_stamp("cpu"), model_stamp(meta, smk.params.model
                          "speed_reps": row["speed_reps"]}, BASELINE, **{
               "embedding": EMBEDDING_NOTE, "storage": f"{SCALE_BITS}-bit float scales, zero points at b bits",
               "gptq": smk.params.gptq, "speed_prompt": speed["prompt"],
-              "speed_prompt_unk": vocab.unk_count(speed["prompt"])})
+              "speed_prompt_unk": prompt_unk})
 write_table(pd.DataFrame([row]), smk.output[0], provenance=provenance)
 print(pd.Series(row).to_string(), file=log)
