@@ -331,9 +331,10 @@ def test_m1_evidence_is_the_measured_numbers():
         assert getattr(ev, name) == pytest.approx(fit[name]), name
     assert ev.roofline_bound_ms == pytest.approx(ours["lower_bound_ms_per_token"])
     assert ev.cached_ms_per_token == pytest.approx(summary.loc[(256, "cache"), "ms_per_token_median"])
-    for number in (fmt(ev.ratio, "x"), fmt(ev.flop_estimate_ratio, "x"), fmt(ev.a_ms, " ms"),
-                   fmt(ev.b_ms_per_position, " ms"), fmt(ev.fixed_share_no_cache, "%"), fmt(ev.predicted_ratio, "x")):
-        assert number in m.verdict, number
+    found = " ".join(narrative.findings(m))  # the explanation is the findings'; the verdict does not restate it
+    for number in (fmt(ev.ratio, "×"), fmt(ev.flop_estimate_ratio, "×"), fmt(ev.predicted_ratio, "×")):
+        assert number in found, number
+    assert fmt(ev.predicted_ratio, "x") not in m.verdict
     seed = json.loads(SEED_REF.read_text(encoding="utf-8"))["kvcache"]
     assert fmt(ev.ratio, "x") in m.headline and f"{seed['cpu_ratio_at_256']}x" in m.headline
 
@@ -348,8 +349,8 @@ def test_m1_compares_the_compiled_engine_with_eager():
     assert compiled.cached_ms_per_token == pytest.approx(row["ms_per_token_median"])
     a_c = fit[fit["engine"] == "compiled"]["a_ms"].iloc[0]
     assert compiled.a_ms == pytest.approx(a_c) and a_c < eager.a_ms  # the fixture's smaller overhead
-    assert f"{fmt(eager.ratio, 'x')} on eager and {fmt(compiled.ratio, 'x')} on compiled" in m.verdict
-    assert f"{fmt(compiled.ratio, 'x')} on compiled" in m.headline
+    assert f"{fmt(eager.ratio, 'x')} on eager, {fmt(compiled.ratio, 'x')} on compiled" in m.verdict
+    assert m.verdict.startswith(m.headline)  # the verdict is the headline and its closing
     # the compiled engine's target: its cached step within 4x the roofline bound (here 22x: not met)
     (row,) = [t for t in m.evidence.targets if t.target.startswith("cached step over the roofline bound")
               and t.target.endswith("compiled")]
@@ -414,7 +415,7 @@ def test_m2_a_rule_with_no_cell_inside_its_threshold_is_a_finding_not_a_failure(
     default = tables["sp_default"].assign(rule_satisfied=False)
     m = check_m2(full_data(**{**tables, "sp_default": default}), MACHINE)
     assert m.status == PASS and "Finding: no cell met the rule's threshold" in m.verdict
-    assert f"Default {default['cell'].iloc[0]} by the in-corpus floor rule" in m.verdict
+    assert f"Default {default['cell'].iloc[0]} by the in-corpus floor rule" in narrative.findings(m)[0]
 
 
 def test_m2_cites_distance_to_human_text_competitor_greedy_kept_and_min_p():
@@ -427,11 +428,13 @@ def test_m2_cites_distance_to_human_text_competitor_greedy_kept_and_min_p():
     assert (ev.chosen, ev.kept, ev.runner_up) == (default["cell"], kept, default["runner_up_cell"])
     assert (ev.min_p_decision, ev.min_p_reason) == (default["min_p_decision"], default["min_p_reason"])
     assert ev.distance_ci == (default["distance_ci_low"], default["distance_ci_high"])
-    assert f"Default {default['cell']}" in m.verdict and f"keeps {kept} tokens" in m.verdict
-    assert (f"distance {fmt(default['distance'])} (CI {fmt(default['distance_ci_low'])}–"
+    assert f"Default {default['cell']}" in m.verdict and fmt(kept, " tokens kept") in m.verdict
+    assert f"min-p: {default['min_p_decision']}" in m.verdict
+    assert (f"distance to human text {fmt(default['distance'])} (CI {fmt(default['distance_ci_low'])}–"
             f"{fmt(default['distance_ci_high'])})") in m.verdict
-    assert f"{fmt(default['runner_up_distance'])} for {default['runner_up_cell']}" in m.verdict
-    assert f"{fmt(default['greedy_distance'])} for greedy" in m.verdict and default["min_p_decision"] in m.verdict
+    found = narrative.findings(m)[0]  # the comparison behind the choice
+    assert f"{fmt(default['runner_up_distance'])} for the next closest, {default['runner_up_cell']}" in found
+    assert f"{fmt(default['greedy_distance'])} for greedy" in found
     quoted = " ".join(narrative.statements(m))  # the producer's rule and min-p reason, verbatim, under the verdict
     assert default["rule"] in quoted and default["min_p_reason"] in quoted
     assert fmt(default["distance"]) in m.headline and str(kept) in m.headline
@@ -464,8 +467,8 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
         assert f"{engine} {fmt(ev.fastest_wall_speedup, 'x')} ({ev.fastest_group})" in m.verdict
         assert ev.c_time_by_draft == pytest.approx({d: g["c_time"].iloc[0] for d, g in rows.groupby("draft")})
     eager, compiled = m.evidence.engines["eager"], m.evidence.engines["compiled"]
-    # eager speculative runs are slower than target-only here: the verdict says so
-    assert eager.fastest_wall_speedup < 1.0 and "on eager no group beats target-only" in m.verdict
+    # eager speculative runs are slower than target-only here: the findings say so
+    assert eager.fastest_wall_speedup < 1.0 and "On eager no group beats target-only" in narrative.findings(m)[2]
     (wall,) = [t for t in m.evidence.targets if t.target.startswith("fastest group on the wall clock, compiled")]
     assert wall.met is (compiled.fastest_wall_speedup >= COMPILED_WALL_TARGET) and wall.limit == COMPILED_WALL_TARGET
     assert f"compiled {fmt(compiled.fastest_wall_speedup, 'x')}" in m.headline

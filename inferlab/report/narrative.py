@@ -1,7 +1,9 @@
-"""The one renderer of the milestones: their evidence records become the verdict (at most three
-sentences), the headline, the targets table under the verdict, the producers' own statements and each
-experiment's three findings. Every number goes through review.numbers.fmt and comes from the record;
-the HTML and the Markdown twin both render what this module writes.
+"""The one renderer of the milestones: their evidence records become the headline (one sentence, the
+key numbers beside the seed page's), the verdict (that headline and its closing), the targets table under
+the verdict, the producers' own statements and each experiment's three findings, which say why the numbers
+are what they are. Each fact is written once: the verdict does not restate the findings. Every number
+goes through review.numbers.fmt and comes from the record; the HTML and the Markdown twin both render
+what this module writes.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ MET = {True: "met", False: "not met", None: "–"}
 LIMIT = "limit (roofline, or the seed page)"
 
 
-def _sentence(*parts: str, sep: str = "; ") -> str:
-    text = sep.join(p for p in parts if p)
+def _sentence(*parts: str) -> str:
+    text = "; ".join(p for p in parts if p)
     return text[0].upper() + text[1:] + "." if text else ""
 
 
@@ -32,27 +34,6 @@ def _span(value, unit: str = "") -> str:
 # ------------------------------------------------------------------------------------- M1
 
 
-def _m1(ev) -> tuple[str, str]:
-    p = ev.primary
-    ratios = " and ".join(f"{fmt(e.ratio, 'x')} on {e.label}" for e in ev.engines.values())
-    first = (f"At {ev.length} generated tokens the KV cache speeds decoding up {ratios}"
-             + (f", against {fmt(p.flop_estimate_ratio, 'x')} by the FLOP estimate" if p.flop_estimate_ratio else "")
-             + (f" (the longest length here, not the seed's {ev.milestone_length})"
-                if ev.length < ev.milestone_length else "") + ".")
-    if p.fixed_share_no_cache is None or p.a_ms is None:
-        return first, ""
-    fit = f"the fit a + b·positions predicts {fmt(p.predicted_ratio, 'x')}"
-    if p.fixed_share_no_cache >= 0.5:
-        why = (f"The gap is the fixed per-step cost: a = {fmt(p.a_ms, ' ms')} per no-cache step "
-               f"({fmt(p.fixed_share_no_cache, '%')} of its time) stays with the cache, which only removes the "
-               f"per-position part b = {fmt(p.b_ms_per_position, ' ms')}; {fit}.")
-    else:
-        why = (f"The per-position part b = {fmt(p.b_ms_per_position, ' ms')} dominates, so the cache saves, but the "
-               f"fixed per-step cost a = {fmt(p.a_ms, ' ms')} ({fmt(p.fixed_share_no_cache, '%')} of the no-cache "
-               f"time) keeps the ratio below the FLOP estimate; {fit}.")
-    return first, why
-
-
 def _m1_headline(ev) -> str:
     ratios = ", ".join(f"{fmt(e.ratio, 'x')} on {e.label}" for e in ev.engines.values())
     return (f"KV cache faster at {ev.length} tokens: {ratios} (seed page: {fmt(ev.seed_ratio, 'x')} on their CPU at "
@@ -63,10 +44,12 @@ def _m1_findings(ev) -> list[str]:
     p = ev.primary
     others = "".join(f" and {fmt(e.ratio, '×')} on {e.label}" for e in list(ev.engines.values())[1:])
     flop = f", against the {fmt(p.flop_estimate_ratio, '×')} the FLOP count predicts" if p.flop_estimate_ratio else ""
+    longest = (f" (the longest length here, not the seed's {ev.milestone_length})"
+               if ev.length < ev.milestone_length else "")
     shortest = min(p.ratio_by_length)
     low, high = p.ratio_by_length[shortest], p.ratio
     trend = "rises" if high > 1.1 * low else "falls" if high < low / 1.1 else "stays about flat"
-    found = [f"At {ev.length} generated tokens the cache is {fmt(p.ratio, '×')} faster than recomputing on "
+    found = [f"At {ev.length} generated tokens{longest} the cache is {fmt(p.ratio, '×')} faster than recomputing on "
              f"{p.label}{others}{flop}.",
              f"On {p.label} the ratio {trend} with length: {fmt(low, '×')} at {shortest} tokens, "
              f"{fmt(high, '×')} at {ev.length}."]
@@ -83,35 +66,19 @@ def _m1_findings(ev) -> list[str]:
 # ------------------------------------------------------------------------------------- M2
 
 
-def _m2(ev) -> tuple[str, str]:
-    if ev.chosen is None:
-        return "No default sampling setting chosen.", ""
-    if ev.rule_kind == "human_match" and ev.distance is not None:
-        rank = "the cell closest to" if ev.closest else "the tie-break's pick among the cells tied closest to"
-        ci = f" (CI {fmt(ev.distance_ci[0])}–{fmt(ev.distance_ci[1])})" if ev.distance_ci else ""
-        rivals = ([f"{fmt(ev.runner_up_distance)} for {ev.runner_up}"] if ev.runner_up else []) + (
-            [f"{fmt(ev.greedy_distance)} for greedy"] if ev.greedy_distance is not None else [])
-        first = (f"Default {ev.chosen}, {rank} held-out human text: distance {fmt(ev.distance)}{ci}"
-                 + (f" against {' and '.join(rivals)}" if rivals else "") + ".")
-    else:
-        first = (f"Default {ev.chosen} by the in-corpus floor rule: seq-rep-4 {fmt(ev.seq_rep_4)}, in-corpus "
-                 f"4-gram share {fmt(ev.in_corpus_share)} against the floor {fmt(ev.in_corpus_floor)}.")
-    kept = (f"It keeps {ev.kept} tokens after the prompt (entropy {fmt(ev.entropy_nats)} nats)"
-            if ev.kept is not None else "")
-    return first, _sentence(kept, f"min-p: {ev.min_p_decision}" if ev.min_p_decision else "")
-
-
 def _m2_headline(ev) -> str:
     seed = ev.seed_cell
     theirs = f"(seed page: T={seed.get('temperature')} top-p {seed.get('top_p')}, {seed.get('kept')} kept, their model)"
     if ev.chosen is None:
         return f"No default sampling setting chosen {theirs}."
     if ev.rule_kind == "human_match" and ev.distance is not None:
-        number = f"distance to human text {fmt(ev.distance)}" + (
+        ci = f" (CI {_span(ev.distance_ci)})" if ev.distance_ci else ""
+        number = f"distance to human text {fmt(ev.distance)}{ci}" + (
             f" vs greedy {fmt(ev.greedy_distance)}" if ev.greedy_distance is not None else "")
     else:
         number = f"seq-rep-4 {fmt(ev.seq_rep_4)}"
-    return f"Default {ev.chosen}: {number}, {fmt(ev.kept, ' tokens kept')} {theirs}."
+    min_p = f"; min-p: {ev.min_p_decision}" if ev.min_p_decision else ""
+    return f"Default {ev.chosen}: {number}, {fmt(ev.kept, ' tokens kept')}{min_p} {theirs}."
 
 
 def _m2_findings(ev) -> list[str]:
@@ -123,6 +90,9 @@ def _m2_findings(ev) -> list[str]:
                   if ev.runner_up else "")
         greedy = f", and {fmt(ev.greedy_distance)} for greedy" if ev.greedy_distance is not None else ""
         found.append(f"The default {ev.chosen} is {rank}: distance {fmt(ev.distance)}{versus}{greedy}.")
+    elif ev.chosen is not None:
+        found.append(f"Default {ev.chosen} by the in-corpus floor rule: seq-rep-4 {fmt(ev.seq_rep_4)}, in-corpus "
+                     f"4-gram share {fmt(ev.in_corpus_share)} against the floor {fmt(ev.in_corpus_floor)}.")
     if None not in (ev.greedy_seq_rep_4, ev.human_seq_rep_4, ev.least_repetitive):
         drifts = ev.least_in_corpus < ev.human_in_corpus
         lead = "Less repetition is not better text" if drifts else "Less repetition here stays close to the corpus"
@@ -131,32 +101,23 @@ def _m2_findings(ev) -> list[str]:
                      f"{fmt(ev.least_seq_rep_4)}, {'but only' if drifts else 'and'} {fmt(ev.least_in_corpus)} of its "
                      f"4-grams occur in the corpus (human text: {fmt(ev.human_in_corpus)}).")
     if ev.ours_at_seed_cell is not None:
-        found.append(f"At the seed page's cell {ev.ours_at_seed_cell} our model keeps {ev.ours_at_seed_kept} tokens "
-                     f"after the prompt (entropy {fmt(ev.ours_at_seed_entropy)} nats); theirs kept "
+        found.append(f"At the seed page's cell {ev.ours_at_seed_cell} our model keeps {fmt(ev.ours_at_seed_kept)} "
+                     f"tokens after the prompt (entropy {fmt(ev.ours_at_seed_entropy)} nats); theirs kept "
                      f"{ev.seed_cell.get('kept')}.")
     elif ev.kept is not None:
-        found.append(f"The default keeps {ev.kept} tokens after the prompt (entropy {fmt(ev.entropy_nats)} nats).")
+        found.append(f"The default keeps {fmt(ev.kept)} tokens after the prompt (entropy {fmt(ev.entropy_nats)} nats).")
     return found
 
 
 # ------------------------------------------------------------------------------------- M3
 
 
-def _m3(ev) -> tuple[str, str]:
-    first = (f"Chosen: draft {ev.draft} with k = {ev.k} on {ev.engine} (theoretical {fmt(ev.speedup_time, 'x')} with "
-             f"c by step time, wall clock {fmt(ev.wall_speedup, 'x')}); greedy output identical in "
-             f"{ev.greedy_identical} of {ev.greedy_cases} cases.")
+def _m3_headline(ev) -> str:
     walls = ", ".join(f"{name} {fmt(e.fastest_wall_speedup, 'x')} ({e.fastest_group})"
                       for name, e in ev.engines.items())
-    slower = [name for name, e in ev.engines.items() if e.fastest_wall_speedup < 1]
-    return first, (f"Fastest against target-only sampling on the wall clock: {walls}"
-                   + (f"; on {' and '.join(slower)} no group beats target-only" if slower else "") + ".")
-
-
-def _m3_headline(ev) -> str:
-    walls = ", ".join(f"{name} {fmt(e.fastest_wall_speedup, 'x')}" for name, e in ev.engines.items())
     theirs = ev.seed.get("best_by_params", {})
-    return (f"Speculative: {ev.draft} k={ev.k}, best wall clock {walls}, greedy identical {ev.greedy_identical}/"
+    return (f"Speculative: chosen {ev.draft} k={ev.k} on {ev.engine} (theory {fmt(ev.speedup_time, 'x')}, wall clock "
+            f"{fmt(ev.wall_speedup, 'x')}); fastest on the wall clock {walls}; greedy identical {ev.greedy_identical}/"
             f"{ev.greedy_cases} (seed page: {theirs.get('draft')} k={theirs.get('k')} by parameters, wall clock "
             f"{ev.seed.get('wall_clock')})" + ("; timings contended" if ev.timing.contended else "") + ".")
 
@@ -174,25 +135,12 @@ def _m3_findings(ev) -> list[str]:
             f"By parameter cost the best group is {ev.params_best_group}: theory speedup "
             f"{fmt(ev.params_best_speedup, '×')}, at acceptance α = {fmt(ev.params_best_alpha)}.",
             f"On the wall clock the fastest group on {last} is {ev.fastest_of_last}: {walls}, as a ratio to "
-            f"target-only sampling timed interleaved with it; {same}"]
+            f"target-only sampling timed interleaved with it; {same}"
+            + "".join(f" On {name} no group beats target-only sampling." for name, e in ev.engines.items()
+                      if e.fastest_wall_speedup < 1)]
 
 
 # ------------------------------------------------------------------------------------- M4
-
-
-def _m4(ev) -> tuple[str, str]:
-    if ev.scheme is None:
-        return (f"No scheme chosen: the smallest loss increase, {ev.smallest[0]} at {fmt(ev.smallest[1], '+')} "
-                f"nats, is not below the noise floor {fmt(ev.noise_floor)}, so the weights stay fp32."), ""
-    bits = f", {fmt(ev.bits)} bits" if ev.bits is not None else ""
-    eff = (f" ({fmt(ev.effective_bits_per_weight)} effective bits per weight)"
-           if ev.effective_bits_per_weight is not None else "")
-    first = (f"Chosen: {ev.scheme}{bits}{eff}, whose validation loss moves {fmt(ev.delta_loss, '+')} nats over fp32 "
-             f"against a noise floor of {fmt(ev.noise_floor)}.")
-    return first, _sentence(
-        f"its KL to fp32 is {fmt(ev.kl_mean_nats)} nats per token" if ev.kl_mean_nats is not None else "",
-        f"top-1 agreement {fmt(ev.top1_agreement, '%')}" if ev.top1_agreement is not None else "",
-        f"decode speed {fmt(ev.speedup_vs_fp32, 'x')} fp32's" if ev.speedup_vs_fp32 is not None else "", sep=", ")
 
 
 def _m4_headline(ev) -> str:
@@ -224,9 +172,9 @@ def _m4_findings(ev) -> list[str]:
 
 # ------------------------------------------------------------------------------------- shared
 
-# milestone -> (its first two verdict sentences, its headline, its findings)
-_RENDER = {"M1": (_m1, _m1_headline, _m1_findings), "M2": (_m2, _m2_headline, _m2_findings),
-           "M3": (_m3, _m3_headline, _m3_findings), "M4": (_m4, _m4_headline, _m4_findings)}
+# milestone -> (its headline, also the verdict's first sentence; its findings)
+_RENDER = {"M1": (_m1_headline, _m1_findings), "M2": (_m2_headline, _m2_findings),
+           "M3": (_m3_headline, _m3_findings), "M4": (_m4_headline, _m4_findings)}
 
 
 def _judged(m) -> bool:
@@ -263,9 +211,10 @@ def _closing(m) -> str:
 
 
 def verdict(m) -> str:
-    """At most three sentences: what was found, why (or what else), and the closing."""
+    """At most three sentences: the headline (what was found, beside the seed page), the closing, and
+    where a milestone is stale, why. The findings above it say why the numbers are what they are."""
     if _judged(m):
-        text = " ".join(s for s in (*_RENDER[m.id][0](m.evidence), _closing(m)) if s)
+        text = f"{_RENDER[m.id][0](m.evidence)} {_closing(m)}"
     else:
         text = f"Missing inputs: {', '.join(m.missing_inputs)}." if m.missing_inputs else ""
     if m.stale:
@@ -277,13 +226,13 @@ def verdict(m) -> str:
 def headline(m) -> str:
     if not _judged(m):
         return verdict(m)
-    text = _RENDER[m.id][1](m.evidence)
+    text = _RENDER[m.id][0](m.evidence)
     return f"STALE (rebuild {', '.join(m.stale['inputs'])}): {text}" if m.stale else text
 
 
 def findings(m) -> list[str]:
     """The experiment's three things to read from its table, from the same evidence."""
-    return _RENDER[m.id][2](m.evidence) if _judged(m) else []
+    return _RENDER[m.id][1](m.evidence) if _judged(m) else []
 
 
 def targets_table(m) -> pd.DataFrame | None:

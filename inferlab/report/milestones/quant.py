@@ -22,11 +22,6 @@ class QuantEvidence:
     reason: str = ""  # the choice rule's own sentence (or why nothing was chosen)
     delta_loss: float | None = None
     within_noise: bool = False
-    bits: float | None = None
-    effective_bits_per_weight: float | None = None
-    kl_mean_nats: float | None = None
-    top1_agreement: float | None = None
-    speedup_vs_fp32: float | None = None
     # the scheme table's facts the findings read (sorted by loss increase)
     smallest: tuple[str, float] = ("", 0.0)
     largest: tuple[str, float] = ("", 0.0)
@@ -71,13 +66,9 @@ def check_m4(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         if scheme in set(table["scheme"]) and ev.seed.get(key) is not None:
             ev.seed_deltas[scheme] = (float(table.set_index("scheme").loc[scheme, "delta_loss"]), ev.seed[key])
     chose = _num(row["delta_loss"]) is not None and str(row["scheme"]) != "none"
-    if chose:  # quant_bench.choose_scheme's choice, with the summary's numbers for it
-        match = summary[summary["scheme"] == row["scheme"]]
-        full = match.iloc[0] if len(match) else row
+    if chose:  # quant_bench.choose_scheme's choice
         ev.scheme, ev.delta_loss, ev.within_noise = str(row["scheme"]), float(row["delta_loss"]), bool(
             row["within_noise"])
-        for name in ("bits", "effective_bits_per_weight", "kl_mean_nats", "top1_agreement", "speedup_vs_fp32"):
-            setattr(ev, name, _num(full.get(name)))
     scheme, delta = (ev.scheme, ev.delta_loss) if chose else ev.smallest
     ev.targets = [Target(f"loss increase of {scheme} over fp32 (nats)", delta, ev.noise_floor, ev.within_noise, "+",
                          "noise floor, our reruns"),
