@@ -456,16 +456,13 @@ def test_m3_choice_and_identity():
 
 def test_m3_reports_c_best_group_and_wall_clock_per_engine():
     tables = spec_tables()
-    summary, best = tables["spec_summary"], tables["spec_best"]
+    summary = tables["spec_summary"]
     m = check_m3(full_data(), MACHINE)
     for engine in ("eager", "compiled"):
         rows = summary[summary["engine"] == engine]
-        pick = best[(best["engine"] == engine) & (best["criterion"] == "chosen_for_engine")].iloc[0]
         ev = m.evidence.engines[engine]
-        assert (ev.best_draft, ev.best_k) == (pick["draft"], pick["k"])
         assert ev.fastest_wall_speedup == pytest.approx(rows["wall_speedup"].max())
         assert f"{engine} {fmt(ev.fastest_wall_speedup, 'x')} ({ev.fastest_group})" in m.verdict
-        assert ev.c_time_by_draft == pytest.approx({d: g["c_time"].iloc[0] for d, g in rows.groupby("draft")})
     eager, compiled = m.evidence.engines["eager"], m.evidence.engines["compiled"]
     # eager speculative runs are slower than target-only here: the findings say so
     assert eager.fastest_wall_speedup < 1.0 and "On eager no group beats target-only" in narrative.findings(m)[2]
@@ -484,8 +481,6 @@ def test_m3_reports_c_best_group_and_wall_clock_per_engine():
              / (2 * (100.0 + 10 * k + rep) * SPEC_WALL["compiled"] - 2 * SPEC_PREFILL_MS * SPEC_WALL["compiled"])
              for rep in range(2)]
     assert fastest["wall_speedup_without_prefill"] == pytest.approx(sum(loops) / 2)
-    verify = rows["verify_cost_ratio"]
-    assert compiled.verify_cost_ratio == pytest.approx((verify.min(), verify.max()))
     # each step against its bound: the target's 1.0 ms over 0.3, the fastest group's draft over its own
     assert fastest["target_step_over_bound"] == pytest.approx(1.0 / 0.3)
     assert fastest["draft_step_over_bound"] == pytest.approx(fastest["draft_step_ms"]

@@ -1,4 +1,4 @@
-# Sourced by test.sh and .ci/run: the workbench test drives Debian's Chromium through
+# Sourced by test.sh: the workbench test drives Debian's Chromium through
 # chromedriver. Installs both when missing and we are root with apt-get; otherwise says how.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

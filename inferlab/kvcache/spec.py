@@ -15,13 +15,12 @@ SPEC = Spec(
     name="kvcache",
     tables=(
         Table("kv_timings", "kvcache_summary", "timings", "KV cache: every timed generation",
-              reads=("same_output", "kv_bytes_per_token"), timed=True),
+              reads=("same_output",), timed=True),
         Table("kv_summary", "kvcache_summary", "summary", "KV cache: timings per engine, length and mode",
               reads=("length", "speed_ratio", "speed_ratio_min", "speed_ratio_max"), timed=True),
         # the fit's columns after `length` are KvEngine's fields of the same names
         Table("kv_fit", "kvcache_summary", "fit", "KV cache: fit of the step time a + b·positions",
-              reads=("length", "flop_estimate_ratio", "a_ms", "b_ms_per_position", "predicted_ratio",
-                     "fixed_share_no_cache", "a_cache_ms"), timed=True),
+              reads=("length", "flop_estimate_ratio", "a_ms", "predicted_ratio"), timed=True),
         Table("kv_steps", "kvcache_steps", "steps", "KV cache: step-time probes", timed=True),
         Table("kv_profile", "kvcache_steps", "profile", "KV cache: torch.profiler operators",
               reads=("op_share", "op_ms", "wall_ms"), timed=True),

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.experiments import TABLES
-from inferlab.kvcache.step_split import STEP_SPLIT_COLUMNS
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
     ENGINE_ORDER,
@@ -39,12 +38,7 @@ class KvEngine:
     cached_ms_per_token: float | None
     flop_estimate_ratio: float | None = None
     a_ms: float | None = None  # the no-cache step's fixed cost (fit a + b*positions)
-    b_ms_per_position: float | None = None
     predicted_ratio: float | None = None  # what that fit predicts
-    fixed_share_no_cache: float | None = None
-    a_cache_ms: float | None = None
-    profile_op_share: float | None = None  # of a cached step's wall time, inside operators
-    step_split: dict | None = None  # where a compiled step's time goes (kvcache.step_split), None on eager
     roofline_bound_ms: float | None = None
     over_bound: float | None = None  # cached ms per token / roofline bound
     decode_step_kernels: dict | None = None  # the compiled engine's 1-token step as its stamp counts it
@@ -58,7 +52,6 @@ class KvEvidence:
     same_output: int  # runs whose cached output is token-identical to the uncached one
     runs: int
     differs_by_engine: dict[str, int]
-    kv_bytes_per_token: float | None
     seed_ratio: float | None  # the seed page's CPU ratio at its length (their model, their machine)
     timing: Timing = field(default_factory=Timing)
     fit_explains: bool = False  # the fit lands within FIT_TOLERANCE of the measured ratio, nearer than the FLOPs
@@ -96,7 +89,7 @@ def _row_at(df: pd.DataFrame, length: int) -> pd.Series | None:
 
 
 def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
-    """One engine's evidence: the ratio at the longest length, the fit, the profiler and the roofline."""
+    """One engine's evidence: the ratio at the longest length, the fit and the roofline."""
     summary = engine_rows(data.table("kv_summary"), engine)
     ratios = kv_ratio_by_length(summary)
     longest = ratios.loc[ratios["length"].idxmax()]
@@ -110,12 +103,6 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
     if fit is not None:
         for name in TABLES["kv_fit"].reads[1:]:
             setattr(ev, name, _num(fit[name]))
-    profile = engine_rows(data.table("kv_profile"), engine)
-    if len(profile):
-        row = profile.iloc[0]
-        ev.profile_op_share = _num(row["op_share"])
-        split = {column: _num(row.get(column)) for column in STEP_SPLIT_COLUMNS}
-        ev.step_split = split if all(value is not None for value in split.values()) else None
     roofline = data.table("roofline")
     if roofline is not None:
         ours = roofline[(roofline["subject"] == "ours") & (roofline["engine"] == engine)]
@@ -170,7 +157,7 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     ev = KvEvidence(engines, max(next(iter(engines.values())).ratio_by_length), int(seed.get("max_length", 256)),
         int(same.sum()), len(same),
         {str(e): int((~g).sum()) for e, g in same.groupby(timings["engine"], sort=False)},
-        _num(timings["kv_bytes_per_token"].iloc[0]), _num(seed.get("cpu_ratio_at_256")),
+        _num(seed.get("cpu_ratio_at_256")),
         timing(data, stamps, "M1"))
     p = ev.primary
     if p.predicted_ratio is not None and p.flop_estimate_ratio is not None:

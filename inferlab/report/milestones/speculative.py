@@ -34,16 +34,11 @@ FORMULA_TOLERANCE = 0.05  # the formula "predicts" the yield when every group is
 
 @dataclass
 class SpecEngine:
-    """One engine's groups: its own best (draft, k), the fastest on the wall clock, what the roofline leaves."""
-    best_draft: str  # the engine's own recommendation (criterion chosen_for_engine)
-    best_k: int
-    c_time_by_draft: dict[str, float]
+    """One engine's groups: the fastest on the wall clock, what the roofline leaves."""
     fastest_group: str  # the fastest group on the wall clock against target-only sampling
     fastest_wall_speedup: float
-    verify_cost_ratio: tuple[float, float]  # a (k+1)-token verification in single steps, over the groups
     verify_bound_ratio_by_k: dict[int, float]  # ... at this machine's roofline
     speedup_at_bound: float  # the best group with every forward at its bound
-    speedup_at_bound_group: str
     target_step_ms: tuple[float, float]  # each group job's own target step
     job_speeds_differ: bool
     # the compiled engine's targets (empty elsewhere)
@@ -63,7 +58,6 @@ class SpecEvidence:
     draft: str
     k: int
     reason: str
-    alpha: float | None
     speedup_time: float | None
     wall_speedup: float | None
     greedy_identical: int
@@ -94,15 +88,13 @@ def _range(values: pd.Series) -> tuple[float, float]:
 
 def spec_engine(summary: pd.DataFrame, best: pd.DataFrame, engine: str) -> SpecEngine:
     rows, picks = engine_rows(summary, engine), engine_rows(best, engine)
-    own = picks[picks["criterion"].isin(["chosen_for_engine", "chosen"])].iloc[0]
     pick = picks[picks["criterion"] == "wall_speedup"].iloc[0]
     fastest = rows[(rows["draft"] == pick["draft"]) & (rows["k"] == pick["k"])].iloc[0]
     at_bound = picks[picks["criterion"] == "speedup_at_bound"].iloc[0]
     ev = SpecEngine(
-        str(own["draft"]), int(own["k"]), {str(d): float(g["c_time"].iloc[0]) for d, g in rows.groupby("draft")},
-        group_name(fastest), float(fastest["wall_speedup"]), _range(rows["verify_cost_ratio"]),
+        group_name(fastest), float(fastest["wall_speedup"]),
         {int(k): float(r) for k, r in rows.groupby("k")["verify_bound_ratio"].first().items()},
-        float(at_bound["value"]), group_name(at_bound), _range(rows["target_step_ms"]),
+        float(at_bound["value"]), _range(rows["target_step_ms"]),
         bool(rows["job_speeds_differ"].iloc[0]))
     if engine == "compiled":
         worst = rows[rows["k"] <= VERIFY_TARGET_MAX_K].groupby("k")["verify_cost_ratio"].max()
@@ -188,7 +180,7 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     group = match.iloc[0] if len(match) else pd.Series(dtype=float)
     engines = engines_in(summary)
     ev = SpecEvidence(str(row["engine"]), str(row["draft"]), int(row["k"]), str(row["reason"]),
-                      _num(group.get("alpha")), _num(group.get("speedup_theory_time")), _num(group.get("wall_speedup")),
+                      _num(group.get("speedup_theory_time")), _num(group.get("wall_speedup")),
                       int(identical.sum()), len(identical), {e: spec_engine(summary, best, e) for e in engines},
                       seed=dict(data.seed_reference.get("speculative", {})),
                       timing=timing(data, stamps, "M3"))
