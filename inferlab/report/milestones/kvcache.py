@@ -41,7 +41,6 @@ class KvEngine:
     predicted_ratio: float | None = None  # what that fit predicts
     roofline_bound_ms: float | None = None
     over_bound: float | None = None  # cached ms per token / roofline bound
-    decode_step_kernels: dict | None = None  # the compiled engine's 1-token step as its stamp counts it
 
 
 @dataclass
@@ -75,13 +74,6 @@ def kv_ratio_by_length(summary: pd.DataFrame) -> pd.DataFrame:
                          "ratio_max": rows["speed_ratio_max"].astype(float)}).reset_index(drop=True)
 
 
-def decode_step_kernels(provenance: dict, engine: str) -> dict | None:
-    """The target's 1-token step as the engine stamped it (engines.<engine>.kernels), if compiled."""
-    kernels = (provenance.get("engines") or {}).get(engine, {}).get("kernels") or {}
-    steps = [counts for label, counts in kernels.items() if ":T1:B1" in label]
-    return steps[0] if steps else None
-
-
 def _row_at(df: pd.DataFrame, length: int) -> pd.Series | None:
     if not len(df):
         return None
@@ -98,7 +90,6 @@ def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
     ev = KvEngine(engine_label(data.table("kv_summary"), engine),
                   {int(r.length): float(r.ratio) for r in ratios.itertuples()}, float(longest["ratio"]),
                   _num(cached.iloc[0]) if len(cached) else None)
-    ev.decode_step_kernels = decode_step_kernels(data.provenance.get("kv_profile", {}), engine)
     fit = _row_at(engine_rows(data.table("kv_fit"), engine), length)
     if fit is not None:
         for name in TABLES["kv_fit"].reads[1:]:
