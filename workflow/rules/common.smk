@@ -86,10 +86,13 @@ def timing_threads():
 
 
 TIMING_THREADS = timing_threads()
-# The priority of the models' training and of every compile rule. A compile takes one core and a
-# timing or training job every core, so only compiles run two at once; left to the scheduler's
-# choice, the compiles whose models trained last ran alone at the end, one core idle beside each.
-BUILD_FIRST = 10
+# The models train first, then every compile, then the rest. A compile takes one core and a timing or
+# training job every core, so only compiles run two at once, and they should all be ready together:
+# left to the scheduler's choice, the compiles whose models trained last ran alone at the end, one
+# core idle beside each. The scheduler sums the priorities of the jobs it starts together, so a
+# training outranks two compiles.
+COMPILE_PRIORITY = 10
+TRAIN_PRIORITY = 3 * COMPILE_PRIORITY
 TARGET = config["target_model"]
 
 

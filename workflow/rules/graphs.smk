@@ -33,7 +33,7 @@ rule compile_graphs:
     wildcard_constraints:
         model="|".join([TARGET, *SPEC["drafts"]]),
     threads: 1
-    priority: BUILD_FIRST
+    priority: COMPILE_PRIORITY
     resources:
         mem_mb=3000,
         runtime=30,
@@ -62,7 +62,7 @@ rule compile_target_only:
     benchmark:
         "results/benchmarks/compile_target_only.tsv"
     threads: 1
-    priority: BUILD_FIRST
+    priority: COMPILE_PRIORITY
     resources:
         mem_mb=3000,
         runtime=30,
@@ -98,7 +98,7 @@ rule compile_round:
         draft="|".join(SPEC["drafts"]),
         k=r"\d+",
     threads: 1
-    priority: BUILD_FIRST
+    priority: COMPILE_PRIORITY
     resources:
         mem_mb=3000,
         runtime=30,

@@ -81,7 +81,7 @@ rule compile_quant:
     wildcard_constraints:
         scheme="|".join([QUANT_REFERENCE, *QUANT_KERNEL_SCHEMES]),
     threads: lambda w: TIMING_THREADS if calibrates(w.scheme) else 1
-    priority: BUILD_FIRST
+    priority: COMPILE_PRIORITY
     resources:
         mem_mb=3000,
         runtime=30,

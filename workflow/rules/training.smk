@@ -24,7 +24,7 @@ rule train_model:
     wildcard_constraints:
         model="|".join(MODELS),
     threads: TIMING_THREADS
-    priority: BUILD_FIRST
+    priority: TRAIN_PRIORITY
     resources:
         mem_mb=4000,
         runtime=lambda w: training_minutes(w.model),
