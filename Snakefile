@@ -5,7 +5,9 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
-include: "workflow/rules/training.smk"
+# A reproduction imports a published run's checkpoints in place of training them (never both).
+include: "workflow/rules/reproduce.smk" if config["reproduce"] else "workflow/rules/training.smk"
+include: "workflow/rules/noise_floor.smk"
 include: "workflow/rules/kvcache.smk"
 include: "workflow/rules/sampling.smk"
 include: "workflow/rules/speculative.smk"

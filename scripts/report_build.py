@@ -35,7 +35,9 @@ paths = ReportPaths(
     figures=dict(zip(FIGURES, out.figures, strict=True)),
     appendix=out.appendix,
     review=ReviewPaths(metrics=out.metrics, bundle=out.bundle, history=smk.params.history,
-                       reference=smk.params.reference),
+                       reference=smk.params.reference, checkpoints=dict(smk.params.checkpoints),
+                       published=smk.params.published and {**smk.params.published,
+                                                           "metrics": smk.input.published_metrics}),
 )
 code_hashes = {**smk.params.code_hashes, "report": smk.params.code_sha256}  # current code per rule: staleness
 sources = {**tables, **{f"models/{name}": path for name, path in metas.items()}}
@@ -43,3 +45,7 @@ causes = causes_record(sources, smk.params.code_scripts, CHECKOUT, smk.params.co
                        probe_calibration(data.table("roofline_probe")))
 for m in write_report(data, paths, run, machine, code_hashes=code_hashes, causes=causes):
     print(f"{m.id}: {m.status}: {m.verdict}", file=log)
+# the last line, in the log and on the terminal: what an author publishes beside the bundle
+published = f"bundle {out.bundle} sha256 {open(out.bundle_sha256).read().split()[0]}"
+print(published, file=log)
+print(published)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import io
+import json
 import re
+import shutil
 import tokenize
 from pathlib import Path
 
@@ -65,8 +67,38 @@ def test_a_changed_reference_changes_the_table_so_a_stale_readme_fails():
     block = readme_results.results_block(moved, provenance, seed)
     assert "1.23×" in block and block != readme_results.current_block("results", README)
     # a typed-in number is not what the script writes either
-    hand_edited = _reference_block().replace("5.71×", "5.8×")
+    shown = re.search(r"\| (\d+\.\d+)× \|", _reference_block()).group(1)
+    hand_edited = _reference_block().replace(f"{shown}×", f"{float(shown) + 0.1:.2f}×")
     assert hand_edited != _reference_block()
+
+
+def _checkout_copy(root: Path) -> Path:
+    for name in ("scripts", "inferlab"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_a_real_edit_to_a_rules_module_marks_its_figures_as_newer_code_than_the_reference(tmp_path):
+    table = pd.read_parquet(readme_results.REFERENCE)
+    provenance, seed = read_provenance(readme_results.REFERENCE), json.loads(readme_results.SEED.read_text())
+    root = _checkout_copy(tmp_path)
+    assert readme_results.NEWER not in readme_results.results_block(table, provenance, seed, root)
+    methods = root / "inferlab/quant/methods.py"
+    methods.write_text(methods.read_text() + "\nPROBE = len(__name__)  # new code that runs on import\n")
+    rows = {line.split(" | ")[0].strip("| "): line for line in
+            readme_results.results_block(table, provenance, seed, root).splitlines() if line.startswith("| ")}
+    assert readme_results.NEWER in rows["M4"] and readme_results.NEWER not in rows["M2"], rows
+    block = readme_results.results_block(table, provenance, seed, root)
+    assert "quant_scheme (inferlab.quant.methods changed)" in block, block
+
+
+def test_a_comment_is_no_newer_code(tmp_path):
+    table = pd.read_parquet(readme_results.REFERENCE)
+    provenance, seed = read_provenance(readme_results.REFERENCE), json.loads(readme_results.SEED.read_text())
+    root = _checkout_copy(tmp_path)
+    methods = root / "inferlab/quant/methods.py"
+    methods.write_text("# a comment\n" + methods.read_text())
+    assert readme_results.NEWER not in readme_results.results_block(table, provenance, seed, root)
 
 
 def test_write_rewrites_only_the_block_between_the_markers(tmp_path):

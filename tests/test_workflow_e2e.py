@@ -14,15 +14,19 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from inferlab.jobs.lineage import file_sha256
 from inferlab.jobs.tables import read_json, read_provenance
 from inferlab.jobs.template_lineage import rule_code_sha256
 from inferlab.quant.schemes import SCHEMES
+from inferlab.review import reproduce
+from inferlab.review.bundle import MANIFEST_NAME, build_bundle
 from inferlab.review.ledger import list_runs
 from inferlab.review.lineage_graph import CURRENT, STALE, lineage_table
 from tests.conftest import link_workflow, synthetic_corpus
@@ -69,9 +73,11 @@ ONE_THREAD = [f"{rule}=1" for rule in ("train_model", "train_noise_rerun", "kvca
                                        "roofline_probe", "quant_scheme", "speculative_group")]
 
 
-def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [*SNAKEMAKE, "--cores", "2", "--set-threads", *ONE_THREAD, "--configfile", "config/quick.yaml", "tiny.yaml",
-           "--config", f"corpus_path={_corpus_path(workdir)}", *args]
+def _snakemake(workdir: Path, *args: str, config: tuple[str, ...] = (),
+               threads: list[str] = ONE_THREAD) -> subprocess.CompletedProcess:
+    """config: more `key=value` settings after the corpus path; threads: --set-threads (none: as CI's run)."""
+    cmd = [*SNAKEMAKE, "--cores", "2", *(["--set-threads", *threads] if threads else []), "--configfile",
+           "config/quick.yaml", "tiny.yaml", "--config", f"corpus_path={_corpus_path(workdir)}", *config, *args]
     env = {**os.environ, "INFERLAB_QUIET": "1"}
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=1500)
 
@@ -450,3 +456,161 @@ def test_a_config_edit_and_a_code_edit_between_two_runs_are_each_named_in_the_di
     moved = d[d["deterministic_differs"]]
     assert set(moved["cause_kind"]) <= {"config", "code", "input"}, moved[["metric", "key", "cause"]].to_string()
     assert "### config: noise_floor.sigmas" in shown.stdout and "### code: roofline:" in shown.stdout
+
+
+# ----------------------------------------------------------------------- reproducing a published run
+
+def _outputs(workdir: Path) -> dict[str, str]:
+    """{path: sha256} of every file under results/ and reports/: what a refused reproduction must leave alone."""
+    return {str(p.relative_to(workdir)): file_sha256(p) for name in ("results", "reports")
+            for p in sorted((workdir / name).rglob("*")) if p.is_file()}
+
+
+def _fresh_workdir(completed_run: Path, workdir: Path) -> Path:
+    """Only the code, the config and the corpus of the completed run: no result, no Snakemake metadata."""
+    link_workflow(workdir, package=True)
+    shutil.copyfile(completed_run / "tiny.yaml", workdir / "tiny.yaml")
+    if (completed_run / CORPUS_PATH_FILE).is_file():
+        shutil.copyfile(completed_run / CORPUS_PATH_FILE, workdir / CORPUS_PATH_FILE)
+    else:
+        shutil.copyfile(completed_run / "corpus.txt", workdir / "corpus.txt")
+    return workdir
+
+
+def _threads_of(completed_run: Path) -> list[str]:
+    """The thread counts the completed run used (CI's own run: all cores), so that nothing but the import
+    differs."""
+    return [] if (completed_run / ADOPTED).is_file() else ONE_THREAD
+
+
+def _ran(result: subprocess.CompletedProcess) -> dict[str, int]:
+    rules = re.findall(r"^(?:local)?rule (\w+):", result.stdout + result.stderr, re.M)
+    return {rule: rules.count(rule) for rule in set(rules)}
+
+
+@pytest.fixture(scope="module")
+def reproduction(completed_run, tmp_path_factory):
+    """A fresh directory with the code, the completed run's bundle and its corpus, reproduced from the bundle."""
+    workdir = _fresh_workdir(completed_run, tmp_path_factory.mktemp("reproduction"))
+    shutil.copyfile(completed_run / "reports/c13-bundle.zip", workdir / "published.zip")
+    result = _snakemake(workdir, config=("reproduce=published.zip",), threads=_threads_of(completed_run))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return workdir, _ran(result)
+
+
+@pytest.mark.slow
+def test_a_bundle_reproduces_every_deterministic_metric_without_training(completed_run, reproduction):
+    workdir, ran = reproduction
+    assert not {"train_model", "train_noise_rerun"} & set(ran), ran
+    seeds = yaml.safe_load((workdir / "tiny.yaml").read_text(encoding="utf-8"))["noise_floor"]["extra_seeds"]
+    assert ran["import_checkpoint"] == 3 + len(seeds) and ran["report"] == 1, ran
+    everything = _dry_run_jobs(completed_run, "--forceall")
+    assert set(ran) == {*everything} - {"train_model", "train_noise_rerun"} | {
+        "import_checkpoint", "import_published_metrics"}, ran
+    for member in zipfile.ZipFile(workdir / "published.zip").namelist():
+        if member.startswith(("models/", "noise/")):
+            imported, original = workdir / "results" / member, completed_run / "results" / member
+            assert not imported.is_symlink() and imported.read_bytes() == original.read_bytes()
+    report = (workdir / "reports/c13-report.md").read_text(encoding="utf-8")
+    line = re.search(r"Reproduction of bundle published.zip \(sha256 [0-9a-f]{16}…\).*?(\d+) of (\d+) deterministic "
+                     r"metrics are identical to the published run's; (\d+) agree within .*?; (\d+) differ", report)
+    assert line, report[:3000]
+    identical, total, within, differ = map(int, line.groups())
+    assert identical == total > 50 and within == differ == 0, line.group(0)
+    assert "imported from bundle published.zip" in report
+
+
+@pytest.mark.slow
+def test_a_run_directory_imports_the_same_files_and_plans_no_training(completed_run, reproduction, tmp_path):
+    workdir = _fresh_workdir(completed_run, tmp_path / "from-directory")
+    source = ("reproduce=" + str(completed_run),)
+    planned = _planned_jobs(_snakemake(workdir, "-n", config=source).stdout)
+    assert planned["import_checkpoint"] >= 4 and not {"train_model", "train_noise_rerun"} & set(planned), planned
+    imports = ["import_checkpoint", "import_published_metrics"]
+    result = _snakemake(workdir, "--until", *imports, config=source)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert set(_ran(result)) == set(imports), _ran(result)
+    for path in (workdir / "results").rglob("*"):
+        if path.is_file() and "reproduce" not in path.parts and path.parent.name != "corpus":
+            assert path.read_bytes() == (reproduction[0] / path.relative_to(workdir)).read_bytes(), path
+
+
+def _bundle_variant(published: Path, out: Path, keep=lambda name: True, swap: dict | None = None) -> Path:
+    """The bundle rebuilt from its own members: some left out (keep), some replaced by others (swap), with a
+    manifest that agrees with what it holds."""
+    unpacked = out.with_suffix("")
+    with zipfile.ZipFile(published) as archive:
+        archive.extractall(unpacked)
+    files = {name: unpacked / name for name in zipfile.ZipFile(published).namelist()
+             if name != MANIFEST_NAME and keep(name)}
+    files |= {name: unpacked / other for name, other in (swap or {}).items()}
+    return build_bundle(out, files)
+
+
+def _edited_member(published: Path, out: Path, member: str) -> Path:
+    """The bundle with one byte of member flipped and the manifest left as it was."""
+    with zipfile.ZipFile(published) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            target.writestr(info, data[:-1] + bytes([data[-1] ^ 1]) if info.filename == member else data)
+    return out
+
+
+@pytest.mark.slow
+def test_bad_sources_are_refused_by_the_dry_run_leaving_every_output_alone(reproduction, tmp_path):
+    workdir, _ = reproduction
+    published = workdir / "published.zip"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "notes.zip").write_text("not a zip at all")
+    (bad / "cut.zip").write_bytes(published.read_bytes()[: published.stat().st_size * 2 // 3])
+    weights = "models/c1_dim64/model.safetensors"
+    cases = {
+        "absent.zip": "no such bundle or run directory",
+        "notes.zip": "is not a whole zip file",
+        "cut.zip": "is not a whole zip file",
+        str(_edited_member(published, bad / "edited.zip", weights)): f"{weights} has sha256",
+        str(_bundle_variant(published, bad / "old.zip", keep=lambda n: not n.startswith(("models/", "noise/")))):
+            "holds no checkpoint",
+        str(_bundle_variant(published, bad / "swapped.zip", swap={
+            f"models/c1_dim64/{file}": f"models/ref_baseline/{file}" for file in reproduce.CHECKPOINT_FILES})):
+            f"{weights} does not hold the model the config describes",
+    }
+    before = _outputs(workdir)
+    for source, message in cases.items():
+        result = _snakemake(workdir, "-n", config=(f"reproduce={bad / source if '/' not in source else source}",))
+        _assert_refused(result, message)
+    result = _snakemake(workdir, "-n", config=("reproduce=published.zip", "reproduce_sha256=" + "0" * 64))
+    _assert_refused(result, "not the reproduce_sha256")
+    steps = workdir / "more-steps.yaml"
+    config = yaml.safe_load((workdir / "tiny.yaml").read_text(encoding="utf-8"))
+    defaults = config["training"]["defaults"]
+    steps.write_text(yaml.safe_dump({"training": {**config["training"],
+                                                  "defaults": {**defaults, "steps": defaults["steps"] + 1}}}))
+    result = _snakemake(workdir, "-n", "--configfile", "config/quick.yaml", "tiny.yaml", steps.name,
+                        config=("reproduce=published.zip",))
+    _assert_refused(result, "training.defaults.steps")
+    assert _outputs(workdir) == before
+
+
+def _assert_refused(result: subprocess.CompletedProcess, message: str) -> None:
+    tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
+    assert result.returncode != 0 and message in "\n".join(tail), tail
+    assert not any('File "' in line for line in tail), tail
+
+
+@pytest.mark.slow
+def test_a_reproduction_may_change_an_experiment_setting_and_the_report_names_it(completed_run, reproduction):
+    workdir, _ = reproduction
+    config = yaml.safe_load((workdir / "tiny.yaml").read_text(encoding="utf-8"))
+    sampling = config["sampling"]
+    wider = workdir / "more-resamples.yaml"
+    resamples = sampling["repetition"]["bootstrap_resamples"]
+    wider.write_text(yaml.safe_dump({"sampling": {**sampling, "repetition": {
+        **sampling["repetition"], "bootstrap_resamples": resamples + 100}}}))
+    result = _snakemake(workdir, "--configfile", "config/quick.yaml", "tiny.yaml", wider.name,
+                        config=("reproduce=published.zip",), threads=_threads_of(completed_run))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not {"train_model", "import_checkpoint"} & set(_ran(result)), _ran(result)
+    report = (workdir / "reports/c13-report.md").read_text(encoding="utf-8")
+    assert f"sampling.repetition.bootstrap_resamples {resamples} → {resamples + 100}" in report, report[:4000]

@@ -23,6 +23,7 @@ REQUIRED = [
     "results/milestones.parquet",
     "results/metrics.parquet",
     "reports/c13-bundle.zip",
+    "reports/c13-bundle.zip.sha256",
     "reports/c13-report.html",
     "reports/c13-report.md",
     "reports/c13-inference.json",

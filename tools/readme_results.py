@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from inferlab.jobs.tables import read_provenance
+from inferlab.review.lineage_graph import rules_with_newer_code, upstream_rules
 from inferlab.training.noise_floor import within_noise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,9 +226,35 @@ def rows_of(m: Metrics, provenance: dict, seed: dict) -> list[tuple[str, str, st
     return out
 
 
-def results_block(table: pd.DataFrame, provenance: dict, seed: dict) -> str:
-    """The README's block, markers included."""
+# The experiments (metrics.parquet's `experiment`) behind each row of the table, by its first cell.
+ROW_EXPERIMENTS = {"setup": ("models",), "M1": ("kvcache",), "engine": ("roofline",), "M2": ("sampling",),
+                   "M3": ("speculative",), "M4": ("quant",)}
+NEWER = "‡"
+
+
+def newer_code(m: Metrics, record: dict, root: Path) -> dict[str, dict[str, str]]:
+    """{row label: {rule: what changed}}: the rules upstream of a row's figures whose code is no longer the
+    reference run's."""
+    newer = rules_with_newer_code(record, root)
+    sources = record.get("sources") or {}
+    marked = {}
+    for label, experiments in ROW_EXPERIMENTS.items():
+        keys = m.table.loc[m.table["experiment"].isin(experiments), "source"].dropna().unique()
+        rules = upstream_rules(record, [sources[key] for key in keys if key in sources])
+        marked[label] = {rule: newer[rule] for rule in sorted(rules & newer.keys())}
+    return marked
+
+
+def results_block(table: pd.DataFrame, provenance: dict, seed: dict, root: Path = ROOT) -> str:
+    """The README's block, markers included; a figure whose rules' code changed since the reference is marked."""
     m = Metrics(table)
+    marked = newer_code(m, provenance.get("causes") or {}, root)
+    rows = [(label, what, f"{ours} {NEWER}" if marked.get(label) else ours, theirs)
+            for label, what, ours, theirs in rows_of(m, provenance, seed)]
+    changed = {rule: why for rules in marked.values() for rule, why in rules.items()}
+    footnote = ["", f"{NEWER} Newer code than the reference: "
+                + "; ".join(f"{rule} ({why})" for rule, why in changed.items())
+                + ". Rerun and re-pin (`tools/readme_results.py --pin`) to refresh these figures."] if changed else []
     statuses = m.rows("milestones", "status").sort_values("key")
     status = ", ".join(f"{r.key} {r.text_value}" for r in statuses.itertuples())
     lines = [
@@ -238,7 +265,8 @@ def results_block(table: pd.DataFrame, provenance: dict, seed: dict) -> str:
         "",
         "| | what | ours (reference run) | seed page (theirs) |",
         "|---|---|---|---|",
-        *(f"| {' | '.join(cells)} |" for cells in rows_of(m, provenance, seed)),
+        *(f"| {' | '.join(cells)} |" for cells in rows),
+        *footnote,
         end("results"),
     ]
     return "\n".join(lines)

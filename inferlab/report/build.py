@@ -23,7 +23,7 @@ from inferlab.report.page_markdown import markdown_page, write_appendix
 from inferlab.report.stamp_reader import milestones_table, stamp_lines
 from inferlab.report.workbench import grid_records, workbench_html
 from inferlab.review import runinfo
-from inferlab.review.diff import Changes, changes_since
+from inferlab.review.diff import Changes, changes_since, changes_since_published
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.lineage_graph import LineageGraph
 from inferlab.review.metrics import metrics_table
@@ -69,6 +69,19 @@ def run_metrics(data: ReportInputs, milestones: list[Milestone]) -> pd.DataFrame
     return metrics_table(data.tables, milestones_table(milestones), stamps, data.metas)
 
 
+def _changes(metrics: pd.DataFrame, review: ReviewPaths | None, config_sha256: str | None,
+             causes: dict | None) -> Changes:
+    """What this run is compared with: a reproduction with the run it imported, else the latest ledger entry
+    or the pinned reference."""
+    if review is None:
+        return Changes(None, None, "## Changes since …\n\nNot compared: this report was written without a ledger.\n",
+                       None)
+    if review.published:
+        return changes_since_published(metrics, review.published, config_sha256, causes)
+    return changes_since(metrics, Path(review.history), Path(review.reference), new_config=config_sha256,
+                         new_record=causes)
+
+
 def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dict | None = None,
                  code_hashes: dict[str, str] | None = None, workdir: str | None = ".",
                  causes: dict | None = None) -> list[Milestone]:
@@ -87,15 +100,17 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     lineage = opening.lineage_of_inputs(data, code_hashes, workdir, graph) if code_hashes is not None else None
     if lineage is not None:
         opening.mark_stale(milestones, lineage)
+    published = paths.review.published if paths.review else None
+    for m in milestones if published else ():
+        m.stamps["imported"] = f"{published['label']}, trained on {opening.trained_on(data.metas.get(data.target))}"
     metrics = run_metrics(data, milestones)
-    changes = (changes_since(metrics, Path(paths.review.history), Path(paths.review.reference),
-                             new_config=run.get("config_sha256"), new_record=causes)
-               if paths.review else Changes(None, None, "## Changes since …\n\nNot compared: this report was "
-                                            "written without a ledger.\n", None))
+    changes = _changes(metrics, paths.review, run.get("config_sha256"), causes)
     run_id = (unique_run_id(paths.review.history, dt.datetime.now(dt.UTC), machine.get("git_commit"))
               if paths.review else None)
     reviewers = opening.reviewer_blocks(run_id, machine, metrics, causes)
-    blocks = {"opening": opening.opening_blocks(milestones, changes, reviewers),
+    reproduced = ([("p", opening.reproduction_line(changes, published, data.metas.get(data.target)))]
+                  if published else [])
+    blocks = {"opening": reproduced + opening.opening_blocks(milestones, changes, reviewers),
               "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
     if opening.CHANGES_FIGURE in paths.figures:

@@ -21,7 +21,7 @@ from inferlab.experiments import CHANGES_FIGURE, MILESTONES, display_name
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import MISSING, Milestone
 from inferlab.report.stamp_reader import stamp_line
-from inferlab.review.attribution import render
+from inferlab.review.attribution import UNEXPLAINED, render
 from inferlab.review.diff import Changes
 from inferlab.review.diff_summary import (
     brief_cause,
@@ -31,10 +31,12 @@ from inferlab.review.diff_summary import (
     cut,
     milestone_change_lines,
     needs_look,
+    reproducibility,
     reproducibility_line,
     unexplained,
 )
 from inferlab.review.lineage_graph import STALE, LineageGraph, lineage_table, stale_inputs
+from inferlab.review.metrics import SUMMATION_RTOL
 from inferlab.review.numbers import fmt
 from inferlab.review.verdicts import NOT_COMPARABLE, missing
 from inferlab.spec import NOISE_WORDS
@@ -182,6 +184,9 @@ def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, ca
         ("p", f"Run {run_id or '(not recorded in a ledger)'}, code commit {commit[:12]}{dirty}."),
         ("p", "Verify the bundle: unzip -d /tmp/c13 reports/c13-bundle.zip && "
               "(cd /tmp/c13 && sha256sum -c MANIFEST.sha256)"),
+        ("p", "Re-derive every number from it without training (it carries this run's checkpoints): "
+              "./run.sh --config reproduce=c13-bundle.zip reproduce_sha256=SHA256, where SHA256 is the bundle's own, "
+              "published beside it in reports/c13-bundle.zip.sha256 (a page inside the bundle cannot hold it)."),
         ("p", f"Diff against another run: python -m inferlab.review.diff OTHER {entry} (OTHER: a ledger entry or "
               "a metrics.parquet); its cause column says why each number moved."),
         ("p", f"Holds everywhere: the {len(deterministic)} deterministic metrics ({_kinds(deterministic)}) are "
@@ -191,6 +196,29 @@ def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, ca
               f"{machine.get('cpu_model')} with kernel flags {machine.get('cpu_kernel_flags') or 'unknown'}, "
               f"fingerprint {machine.get('fingerprint') or 'unknown'}{rates}."),
     ]
+
+
+def trained_on(meta: Mapping | None) -> str:
+    """Where a checkpoint was trained, from its meta.json's machine stamp."""
+    machine = (meta or {}).get("machine") or {}
+    flags = f" ({machine['cpu_kernel_flags']})" if machine.get("cpu_kernel_flags") else ""
+    return (f"{machine.get('cpu_model', 'an unrecorded machine')}{flags}, torch {machine.get('torch_version')}, "
+            f"git {str(machine.get('git_commit'))[:12]}")
+
+
+def reproduction_line(changes: Changes, published: Mapping, target_meta: Mapping | None) -> str:
+    """A reproduction's verdict in one line: which run it imported, and number by number whether it agrees."""
+    diff = changes.table
+    r = reproducibility(diff)
+    differ = diff[diff["deterministic_differs"]]
+    by_cause = differ["cause_kind"].fillna(UNEXPLAINED).value_counts()
+    causes = ", ".join(f"{n} {kind}" for kind, n in by_cause.items())
+    incomparable = diff[(diff["verdict"] == NOT_COMPARABLE) & diff["timing"]]
+    return (f"Reproduction of {published['label']}: its checkpoints were imported, not trained (trained on "
+            f"{trained_on(target_meta)}). {r['identical']} of {r['total']} deterministic metrics are identical to "
+            f"the published run's; {r['within_tolerance']} agree within {fmt(SUMMATION_RTOL)} relative (float "
+            f"summation order on another CPU); {r['differ']} differ{f' ({causes})' if causes else ''}."
+            + (f" {not_comparable_line(incomparable, changes.machine)}." if len(incomparable) else ""))
 
 
 def opening_blocks(milestones: list[Milestone], changes: Changes, reviewers: list[tuple] | None = None) -> list[tuple]:
@@ -217,6 +245,7 @@ def opening_blocks(milestones: list[Milestone], changes: Changes, reviewers: lis
         ("p", "Each metric against its own noise (python -m inferlab.review.diff): "
               + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + "."),
         ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
+        *([("p", changes.newer_code)] if changes.newer_code else []),
         *([("warning", changes.config_note)] if changes.config_note else []),
     ]
     folded, changed = change_groups(changes.table, changes.machine)

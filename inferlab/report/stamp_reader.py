@@ -88,7 +88,8 @@ def stamp_line(stamps: dict) -> str:
     model, machine = stamps.get("model") or {}, stamps.get("machine") or {}
     node = f" on {machine['node']}" if machine.get("node") else ""
     device = machine.get("device_name") or machine.get("cpu_model")
-    return (f"model {model.get('model')} · machine {device} ({machine.get('device')}){node} · "
+    imported = " (imported)" if stamps.get("imported") else ""
+    return (f"model {model.get('model')}{imported} · machine {device} ({machine.get('device')}){node} · "
             f"repeats {stamps.get('repeats')} · baseline {stamps.get('baseline')}")
 
 
@@ -100,7 +101,8 @@ def stamp_lines(stamps: dict) -> list[str]:
     dirty = {True: " (dirty)", False: "", None: " (dirty flag unknown)"}.get(machine.get("git_dirty"), "")
     lines = [
         f"Model: {model.get('model')}, {fmt(model.get('params')) or 'n/a'} params, checkpoint sha256 {sha[:16]}…, "
-        f"val loss {fmt(model.get('val_loss')) or 'n/a'}",
+        f"val loss {fmt(model.get('val_loss')) or 'n/a'}"
+        + (f"; imported from {stamps['imported']}" if stamps.get("imported") else ""),
         f"Machine: {machine.get('device_name') or machine.get('cpu_model')} ({machine.get('device')})"
         + (f" on node {machine['node']}" if machine.get("node") else "")
         + f", CPU {machine.get('cpu_model')}, {machine.get('cpu_cores')} cores, {machine.get('torch_threads')} torch "

@@ -26,6 +26,7 @@ from inferlab.review import ledger
 from inferlab.review.attribution import CONFIG, MACHINE, Cause, leaf_changes, machine_moves, render
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.diff_summary import to_markdown
+from inferlab.review.lineage_graph import upstream_rules
 from inferlab.review.metrics import MACHINE_COLUMNS, stamp_of_columns
 from inferlab.review.verdicts import diff_metrics
 
@@ -47,6 +48,7 @@ class Changes:
     figure_png: bytes | None
     machine: str | None = None  # how the two runs' machines differ; None: the same (or unknown)
     config_note: str | None = None  # config_note's warning when the two runs' configurations differ
+    newer_code: str | None = None  # which metrics come from code newer than the old run's (newer_code_line)
 
 
 def _recorded(path: Path, key: str):
@@ -72,9 +74,9 @@ def record_of(path: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-# Where the corpus file lives is not what a run computes: its content is in every job's lineage (sha256),
-# so two runs that read the same corpus from two paths ran the same configuration.
-LOCATION_KEYS = frozenset({"corpus_path"})
+# Where the corpus file (or a reproduction's source) lives is not what a run computes: its content is in
+# every job's lineage (sha256), so two runs that read the same files from two paths ran the same configuration.
+LOCATION_KEYS = frozenset({"corpus_path", "reproduce", "reproduce_sha256"})
 
 
 def config_note(old_config: str | None, new_config: str | None, old_record: dict | None = None,
@@ -99,6 +101,23 @@ def config_note(old_config: str | None, new_config: str | None, old_record: dict
             "effect with the code's.")
 
 
+def newer_code_line(table: pd.DataFrame, old_record: dict | None, new_record: dict | None,
+                    old_label: str) -> str | None:
+    """'N metrics come from code newer than …: rule (…)': the rules whose code differs between the two records,
+    and the metrics whose tables they (or a job upstream) wrote, moved or not; None when no rule's code differs."""
+    old_rules, new_rules = ((record or {}).get("rules") or {} for record in (old_record, new_record))
+    changed = {rule for rule in old_rules.keys() & new_rules.keys()
+               if old_rules[rule].get("code_sha256") != new_rules[rule].get("code_sha256")}
+    if not changed:
+        return None
+    sources = (new_record or {}).get("sources") or {}
+    touched = {key for key in table["source"].dropna().unique()
+               if key in sources and upstream_rules(new_record, [sources[key]]) & changed}
+    count = int(table["source"].isin(touched).sum())
+    return (f"{count} metric{'s come' if count != 1 else ' comes'} from code newer than {old_label}: "
+            f"{', '.join(sorted(changed))} changed since; read their old values as the old code's.")
+
+
 def runs_machine_text(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
                       new_record: dict | None) -> str | None:
     """How the machines of two runs differ, as every cause names it (so "the same machine" means the same
@@ -119,14 +138,24 @@ def _one_machine(table: pd.DataFrame) -> dict | None:
 
 
 def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: dict | None,
-            new_label: str, new_config: str | None, show_all: bool = False) -> Changes:
+            new_label: str, new_config: str | None, show_all: bool = False, old_label: str | None = None) -> Changes:
     """The diff, its Markdown and figure for one pair of runs (the report's and the CLI's)."""
     old_record = record_of(old_path)
+    old_label = old_label or _label(old_path)
     table = diff_metrics(old, new, old_record, new_record)
     machine = runs_machine_text(old, new, old_record, new_record)
     note = config_note(config_of(old_path), new_config, old_record, new_record)
-    markdown = to_markdown(table, _label(old_path), new_label, show_all=show_all, note=note, machine=machine)
-    return Changes(_label(old_path), table, markdown, diff_figure(old, new), machine, note)
+    newer = newer_code_line(table, old_record, new_record, old_label)
+    markdown = to_markdown(table, old_label, new_label, show_all=show_all, note=note, machine=machine, newer=newer)
+    return Changes(old_label, table, markdown, diff_figure(old, new), machine, note, newer)
+
+
+def changes_since_published(new: pd.DataFrame, published: dict, new_config: str | None = None,
+                            new_record: dict | None = None) -> Changes:
+    """A reproduction's diff: this run against the metrics of the run it imported its checkpoints from."""
+    path = Path(published["metrics"])
+    return compare(path, load(path), new, new_record, "this reproduction", new_config,
+                   old_label=f"the published run, {published['label']}")
 
 
 def changes_since(new: pd.DataFrame, history: Path, reference: Path, new_config: str | None = None,

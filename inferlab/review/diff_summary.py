@@ -11,7 +11,7 @@ import pandas as pd
 
 from inferlab.experiments import MILESTONES
 from inferlab.review.attribution import CAUSE_ORDER, MACHINE, UNEXPLAINED, Cause, render
-from inferlab.review.metrics import IDENTICAL_RTOL, missing
+from inferlab.review.metrics import IDENTICAL_RTOL, SUMMATION_RTOL, missing
 from inferlab.review.numbers import fmt
 from inferlab.review.verdicts import (
     ADDED,
@@ -31,7 +31,8 @@ CARD_CAUSE_CHARS = 80
 
 
 def reproducibility(diff: pd.DataFrame) -> dict:
-    """Over the deterministic metrics in both runs: how many are identical, within IDENTICAL_RTOL, or differ."""
+    """Over the deterministic metrics in both runs: how many are identical, within their tolerance (summation
+    order), or differ."""
     both = diff[~diff["timing"] & (diff["experiment"] != "milestones") & ~diff["verdict"].isin([ADDED, REMOVED])]
     exact = [same(a, b) and same(at, bt) for a, b, at, bt in
              zip(both["old"], both["new"], both["old_text"], both["new_text"], strict=True)]
@@ -44,11 +45,12 @@ def reproducibility(diff: pd.DataFrame) -> dict:
 
 
 def reproducibility_line(diff: pd.DataFrame, old_label: str, machine: str | None = None) -> str:
-    """"N of M deterministic metrics identical to …; K differ by ≤ ε"; `machine` names how the machines differ."""
+    """"N of M deterministic metrics identical to …; K agree within …"; `machine` names how the machines differ."""
     r = reproducibility(diff)
     where = f" (another machine: {machine})" if machine else " (the same machine)"
-    within = (f"; {r['within_tolerance']} differ by ≤ {fmt(IDENTICAL_RTOL)} relative (at most "
-              f"{fmt(r['largest_within'])})" if r["within_tolerance"] else "")
+    within = (f"; {r['within_tolerance']} agree within float summation order (at most {fmt(r['largest_within'])} "
+              f"relative; the tolerance is {fmt(IDENTICAL_RTOL)} on one machine, {fmt(SUMMATION_RTOL)} across CPUs)"
+              if r["within_tolerance"] else "")
     beyond = f"; {r['differ']} differ beyond that, each with its cause" if r["differ"] else ""
     return f"{r['identical']} of {r['total']} deterministic metrics identical to {old_label}{where}{within}{beyond}."
 
@@ -133,14 +135,15 @@ def unexplained(diff: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_markdown(diff: pd.DataFrame, old_label: str, new_label: str, show_all: bool = False,
-                note: str | None = None, machine: str | None = None, listed: int = 12) -> str:
+                note: str | None = None, machine: str | None = None, listed: int = 12,
+                newer: str | None = None) -> str:
     """The "Changes since …" section: counts, the reproducibility line, any note, then one group per
     cause (unexplained first) with the metrics it moved; added and removed metrics last."""
     tally = counts(diff)
     lines = [f"## Changes since {old_label}", "",
              f"Comparing **{new_label}** against **{old_label}**: "
              + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + ".", "",
-             reproducibility_line(diff, old_label, machine), ""]
+             reproducibility_line(diff, old_label, machine), "", *([newer, ""] if newer else [])]
     if len(unexplained(diff)):
         lines += [f"> **Warning: {len(unexplained(diff))} unexplained change(s).** A deterministic number moved "
                   "and nothing recorded differs: the lab is not reproducible at that point.", ""]

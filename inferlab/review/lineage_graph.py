@@ -36,6 +36,7 @@ import pandas as pd
 
 from inferlab.jobs.lineage import canonical_sha256, code_identity, file_sha256, stack_versions
 from inferlab.jobs.tables import read_provenance
+from inferlab.jobs.template_lineage import rule_code_sha256
 
 CURRENT, STALE, NO_LINEAGE = "current", "stale", "no lineage"
 COLUMNS = ["path", "rule", "recorded_code_sha256", "current_code_sha256", "status", "reason"]
@@ -114,6 +115,41 @@ def rule_identities(graph: LineageGraph, scripts: Mapping[str, str], root: Path)
                     break
         rules[rule] = entry
     return rules
+
+
+def upstream_rules(record: Mapping | None, paths: Iterable[str]) -> set[str]:
+    """Every rule whose job wrote one of `paths`, or a file upstream of one, in a causes record's graph."""
+    graph, rules, seen = LineageGraph.of_record(record), set(), set()
+    pending = [lineage_key(p) for p in paths]
+    while pending:
+        path = pending.pop()
+        job = graph.job(path) if path not in seen else None
+        seen.add(path)
+        if job is not None:
+            rules.add(job["rule"])
+            pending.extend(lineage_key(p) for p in job.get("inputs_sha256") or {})
+    return rules
+
+
+def rules_with_newer_code(record: Mapping | None, root: str | Path) -> dict[str, str]:
+    """{rule: what changed} for every rule of a causes record whose code is no longer the checkout's at root:
+    its script (found among root/scripts by its recorded hash) or a module it imports."""
+    root = Path(root)
+    scripts = {code_identity(path, root, compute=False)["script"]: path
+               for path in sorted((root / "scripts").glob("*.py"))}
+    newer = {}
+    for rule, entry in ((record or {}).get("rules") or {}).items():
+        script = scripts.get(entry.get("script"))
+        if entry.get("script") is None:
+            newer[rule] = "its code was no longer on disk when the run was recorded"
+        elif script is None:
+            newer[rule] = "its script changed"
+        elif rule_code_sha256(script, root, compute=entry.get("versions") is not None) != entry.get("code_sha256"):
+            modules = code_identity(script, root, compute=False)["modules"]
+            moved = sorted(m for m in {*modules, *(entry.get("modules") or {})}
+                           if modules.get(m) != (entry.get("modules") or {}).get(m))
+            newer[rule] = f"{', '.join(moved)} changed" if moved else "its libraries or templates changed"
+    return newer
 
 
 def causes_record(sources: Mapping[str, str], scripts: Mapping[str, str], root: str | Path, config: Mapping,

@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from inferlab.jobs.lineage import file_sha256
 from inferlab.jobs.tables import write_table
 from inferlab.review import ledger
 from inferlab.review.bundle import build_bundle
@@ -27,6 +28,14 @@ class ReviewPaths:
     bundle: str  # reports/c13-bundle.zip
     history: str  # results/history, the ledger
     reference: str  # reports/reference/metrics.parquet, the pinned reference
+    checkpoints: dict[str, str] = field(default_factory=dict)  # {name in the bundle: file}: every model the run holds
+    published: dict | None = None  # a reproduction's source (inferlab.review.reproduce.describe) and its metrics
+
+    @property
+    def bundle_digest_file(self) -> str:
+        """The bundle's sha256 in `sha256sum` format, beside it: what an author publishes with it (the report
+        inside the bundle cannot hold the sha256 of the bundle that holds it)."""
+        return f"{self.bundle}.sha256"
 
 
 def unique_run_id(history: str | Path, now: dt.datetime, commit: str | None) -> str:
@@ -40,9 +49,9 @@ def unique_run_id(history: str | Path, now: dt.datetime, commit: str | None) -> 
     return run_id
 
 
-def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Changes) -> dict[str, Path]:
+def bundle_files(paths, review: ReviewPaths, work: Path, config: dict, changes: Changes) -> dict[str, Path]:
     """{name in the zip: file}: the report and its figures, the exports, the workbench, the config
-    (JSON and YAML), the metrics table and the diff Markdown."""
+    (JSON and YAML), the metrics table, the diff Markdown and every checkpoint (what a reproduction imports)."""
     written = {"config.json": json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True, default=str) + "\n",
                "config.yaml": yaml.safe_dump(json.loads(json.dumps(config, default=str)), allow_unicode=True,
                                              sort_keys=True),
@@ -54,7 +63,8 @@ def bundle_files(paths, metrics_path: str, work: Path, config: dict, changes: Ch
                                                paths.precomputed_json, paths.workbench)},
             **{f"figures/{Path(p).name}": Path(p) for p in paths.figures.values()},
             **{f"appendix/{p.name}": p for p in sorted(appendix.glob("*.csv"))},
-            "metrics.parquet": Path(metrics_path), **{name: work / name for name in written}}
+            "metrics.parquet": Path(review.metrics), **{name: work / name for name in written},
+            **{name: Path(path) for name, path in review.checkpoints.items()}}
 
 
 def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes, run: dict,
@@ -66,8 +76,8 @@ def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes
     write_table(metrics, review.metrics, provenance={"machine": machine, "config_sha256": run.get("config_sha256"),
                                                      "causes": causes})
     with tempfile.TemporaryDirectory() as work:
-        build_bundle(review.bundle, bundle_files(paths, review.metrics, Path(work), run.get("config") or {},
-                                                 changes))
+        build_bundle(review.bundle, bundle_files(paths, review, Path(work), run.get("config") or {}, changes))
+    Path(review.bundle_digest_file).write_text(f"{file_sha256(review.bundle)}  {Path(review.bundle).name}\n")
     history = Path(review.history)
     now = dt.datetime.now(dt.UTC)
     manifest = {

@@ -9,7 +9,8 @@ Each metric is judged against its own noise (see inferlab.review.metrics for the
                 no noise estimate when neither run kept a spread;
 - any text (a status, a choice) that differs is changed; a milestone going pass <-> not pass
   is a flip, and flips head the diff.
-A deterministic number within IDENTICAL_RTOL of the other (summation order) is unchanged.
+A deterministic number within IDENTICAL_RTOL of the other (summation order) is unchanged; measured on
+two machines whose kernels differ, within SUMMATION_RTOL.
 
 Every metric that changed, flipped or is not comparable, and every deterministic metric that
 differs at all, gets its causes (inferlab.review.attribution): config, code, library, input,
@@ -41,6 +42,7 @@ from inferlab.review.metrics import (
     CALIBRATION_COLUMNS,
     ID_COLUMNS,
     MACHINE_COLUMNS,
+    SUMMATION_RTOL,
     identical,
     missing,
     stamp_of_columns,
@@ -146,7 +148,8 @@ def _differs(row: pd.Series) -> bool:
     old, new = row["value_old"], row["value_new"]
     if missing(old) or missing(new):
         return not (missing(old) and missing(new))
-    return not identical(old, new, row["noise_kind_new"])
+    stamps, _ = _machines(row)
+    return not identical(old, new, row["noise_kind_new"], None if same_machine(*stamps) else SUMMATION_RTOL)
 
 
 # A milestone turns stale when the code (or an input) its tables were made with is no longer the
@@ -211,6 +214,7 @@ def diff_metrics(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None =
               for v, d, (_, row) in zip(judged, differs, rows, strict=True)]
     out = merged[ID_COLUMNS].copy()
     out["unit"] = merged["unit_new"].fillna(merged["unit_old"])
+    out["source"] = merged["source_new"].fillna(merged["source_old"])  # the report input the metric is read from
     out["old"], out["new"] = merged["value_old"], merged["value_new"]
     out["old_text"], out["new_text"] = merged["text_value_old"], merged["text_value_new"]
     out["delta"] = out["new"] - out["old"]

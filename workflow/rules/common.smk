@@ -38,6 +38,7 @@ CONDA_ENV = "../envs/inferlab.yaml"
 from inferlab.corpus.check import corpus_check
 from inferlab.jobs import configcheck
 from inferlab.quant.schemes import SCHEMES
+from inferlab.review.reproduce import checkpoint_members
 
 # what the corpus check found, kept between Snakemake starts by the file's size and mtime
 CORPUS_CHECK_CACHE = Path(".snakemake/inferlab/corpus-check.json")
@@ -45,7 +46,8 @@ CORPUS_CHECK_CACHE = Path(".snakemake/inferlab/corpus-check.json")
 
 def _check_config():
     """Every cross-key rule (inferlab/jobs/configcheck.py) and the corpus as prepare_corpus would take it
-    (inferlab/corpus/check.py), before any job can delete an output."""
+    (inferlab/corpus/check.py), before any job can delete an output. Returns the corpus's stats (None before
+    its download)."""
     source = Path(corpus_source())
     stats = None
     if source.is_file() and source.stat().st_size:  # else configcheck names the path, or the download makes it
@@ -55,6 +57,7 @@ def _check_config():
         configcheck.check_config(config, corpus_stats=stats)
     except configcheck.ConfigError as err:
         refuse(str(err))
+    return stats
 
 
 CORPUS_DIR = "results/corpus"
@@ -115,6 +118,11 @@ def checkpoint(name):
 
 def checkpoint_dir(name):
     return f"results/models/{name}"
+
+
+# {name in the bundle: file}: every checkpoint of the run, trained or imported; the bundle carries them all.
+BUNDLED_CHECKPOINTS = {member: f"results/{member}" for member in checkpoint_members(config)}
+REPRODUCE = bool(config["reproduce"])
 
 
 # The configured corpus_path is only ever an *input*. No rule outputs it, because
@@ -187,7 +195,7 @@ def training_minutes(name):
     return max(5, int(steps / 500 * 15 * max(width, 0.25)))
 
 
-_check_config()
+CORPUS_STATS = _check_config()
 
 
 def rule_output(rule, output):

@@ -17,6 +17,8 @@ rule report:
         metas=[checkpoint(name)["meta"] for name in MODELS],
         curves=[f"{checkpoint_dir(name)}/loss_curve.parquet" for name in MODELS],
         seed_reference="config/seed-reference.json",
+        checkpoints=list(BUNDLED_CHECKPOINTS.values()),
+        **({"published_metrics": PUBLISHED_METRICS} if REPRODUCE else {}),
         **({"engine_bench": ENGINE_BENCH} if Path(ENGINE_BENCH).exists() else {}),
     output:
         milestones="results/milestones.parquet",   # its rows are the first table of c13-report.html
@@ -28,6 +30,7 @@ rule report:
         workbench=report("reports/sampling-workbench.html", caption="../report/workbench.rst", category="Report"),
         metrics="results/metrics.parquet",   # headline numbers with their noise: what inferlab.review.diff compares
         bundle="reports/c13-bundle.zip",   # the reviewer bundle; verify with sha256sum -c MANIFEST.sha256
+        bundle_sha256="reports/c13-bundle.zip.sha256",   # the bundle's own sha256, to publish beside it
         figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
                  for stem, fig in FIGURES.items()],
     params:
@@ -39,7 +42,11 @@ rule report:
         # the settings the milestone checks need (expected grid cells, repeat counts)
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},
         config=config,   # hashed into the report's provenance section
-        code_hashes=all_code_hashes(),   # current code_sha256 per rule: the staleness check of inputs
+        # current code_sha256 per rule: the staleness check of inputs; an imported checkpoint is current
+        # against the training code its published run recorded
+        code_hashes=all_code_hashes() | (IMPORTED_CODE if REPRODUCE else {}),
+        checkpoints=BUNDLED_CHECKPOINTS,
+        published=published_run.describe(PUBLISHED) if REPRODUCE else None,
         code_scripts=all_code_scripts(),   # per rule: the script whose modules the diff names behind a code change
         benchmark_dir="results/benchmarks",
         # the ledger is appended to, never declared: Snakemake deletes outputs before a rerun

@@ -1,6 +1,5 @@
-# Training: the three models, the noise-floor reruns of the target, and the floor itself.
-
-
+# Training: the three models and the noise-floor reruns of the target. With config reproduce=… the
+# Snakefile includes reproduce.smk instead, whose import rules have the same outputs.
 
 
 rule train_model:
@@ -62,25 +61,3 @@ rule train_noise_rerun:
         CONDA_ENV
     script:
         "../../scripts/training_model.py"
-
-
-NOISE_METAS = [f"results/noise/seed{s}/meta.json" for s in config["noise_floor"]["extra_seeds"]]
-
-
-rule noise_floor:
-    input:
-        base=checkpoint(TARGET)["meta"],
-        reruns=NOISE_METAS,
-    output:
-        "results/noise_floor.parquet",
-    params:
-        code_sha256=code_hash("training_noise_floor"),
-        sigmas=config["noise_floor"]["sigmas"],
-        use=config["noise_floor"]["use"],
-        fixed_value=config["noise_floor"]["fixed_value"],
-    log:
-        "logs/noise_floor.log",
-    conda:
-        CONDA_ENV
-    script:
-        "../../scripts/training_noise_floor.py"
