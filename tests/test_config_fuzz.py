@@ -29,6 +29,8 @@ from snakemake.utils import validate
 from inferlab.corpus.check import corpus_facts
 from inferlab.jobs.configcheck import config_problems, train_config
 from inferlab.quant.schemes import SCHEMES
+from inferlab.review.reproduce import ReproduceError, open_source
+from inferlab.review.reproduce import config_problems as reproduce_problems
 from inferlab.sampling.grid import repetition_cells, sampling_cells
 from tests.conftest import synthetic_corpus
 from tests.test_workflow_e2e import SNAKEMAKE, TINY, _merge
@@ -127,6 +129,13 @@ def parse(config: dict) -> list[str]:
         SCHEMES[scheme].method  # noqa: B018  (a KeyError here would be an unchecked scheme)
     for name in config["models"]:
         train_config(config, name)
+    if reproduce_problems(config):
+        return reproduce_problems(config)
+    if config["reproduce"]:  # reproduce.smk, included in place of training.smk
+        try:
+            open_source(config["reproduce"], config["reproduce_sha256"])
+        except ReproduceError as err:
+            return [f"reproduce: {err}"]
     return []
 
 

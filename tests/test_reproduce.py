@@ -160,6 +160,11 @@ def test_checkpoints_trained_on_another_corpus_are_refused(bundle):
         _check(bundle, corpus="d" * 64)
 
 
+def test_a_run_cannot_reproduce_itself(run_dir):
+    with pytest.raises(reproduce.ReproduceError, match="this run's own directory"):
+        reproduce.open_source(run_dir, workdir=run_dir)
+
+
 def test_a_run_directory_takes_no_bundle_sha256_and_needs_its_metrics(run_dir):
     with pytest.raises(reproduce.ReproduceError, match="run directory"):
         _check(run_dir, expected="0" * 64)
@@ -190,3 +195,10 @@ def test_metrics_upstream_of_a_rule_with_newer_code_are_counted():
     new = {**old, "rules": {**rules, "kvcache_timing": {"code_sha256": "t2"}}}
     line = newer_code_line(table, old, new, "the reference")
     assert line.startswith("2 metrics come from code newer than the reference: kvcache_timing changed"), line
+
+
+def test_a_bundle_sha256_without_a_bundle_is_refused_naming_the_key():
+    problems = reproduce.config_problems
+    assert problems({"reproduce": None, "reproduce_sha256": "0" * 64})[0].startswith("reproduce_sha256: ")
+    assert problems({"reproduce": "c13-bundle.zip", "reproduce_sha256": "0" * 64}) == []
+    assert problems({"reproduce": None, "reproduce_sha256": None}) == []

@@ -521,8 +521,8 @@ def test_a_bundle_reproduces_every_deterministic_metric_without_training(complet
 
 
 @pytest.mark.slow
-def test_a_run_directory_imports_the_same_files_and_plans_no_training(completed_run, reproduction, tmp_path):
-    workdir = _fresh_workdir(completed_run, tmp_path / "from-directory")
+def test_a_run_directory_imports_the_same_files_and_plans_no_training(completed_run, tmp_path):
+    workdir = _fresh_workdir(completed_run, tmp_path)
     source = ("reproduce=" + str(completed_run),)
     planned = _planned_jobs(_snakemake(workdir, "-n", config=source).stdout)
     assert planned["import_checkpoint"] >= 4 and not {"train_model", "train_noise_rerun"} & set(planned), planned
@@ -532,7 +532,7 @@ def test_a_run_directory_imports_the_same_files_and_plans_no_training(completed_
     assert set(_ran(result)) == set(imports), _ran(result)
     for path in (workdir / "results").rglob("*"):
         if path.is_file() and "reproduce" not in path.parts and path.parent.name != "corpus":
-            assert path.read_bytes() == (reproduction[0] / path.relative_to(workdir)).read_bytes(), path
+            assert path.read_bytes() == (completed_run / path.relative_to(workdir)).read_bytes(), path
 
 
 def _bundle_variant(published: Path, out: Path, keep=lambda name: True, swap: dict | None = None) -> Path:
@@ -557,9 +557,9 @@ def _edited_member(published: Path, out: Path, member: str) -> Path:
 
 
 @pytest.mark.slow
-def test_bad_sources_are_refused_by_the_dry_run_leaving_every_output_alone(reproduction, tmp_path):
-    workdir, _ = reproduction
-    published = workdir / "published.zip"
+def test_bad_sources_are_refused_by_the_dry_run_leaving_every_output_alone(completed_run, tmp_path):
+    workdir = completed_run
+    published = workdir / "reports/c13-bundle.zip"
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "notes.zip").write_text("not a zip at all")
@@ -580,7 +580,8 @@ def test_bad_sources_are_refused_by_the_dry_run_leaving_every_output_alone(repro
     for source, message in cases.items():
         result = _snakemake(workdir, "-n", config=(f"reproduce={bad / source if '/' not in source else source}",))
         _assert_refused(result, message)
-    result = _snakemake(workdir, "-n", config=("reproduce=published.zip", "reproduce_sha256=" + "0" * 64))
+    # hex with letters: Snakemake reads --config values as YAML, and 000… would be the number 0
+    result = _snakemake(workdir, "-n", config=(f"reproduce={published}", "reproduce_sha256=" + "ab" * 32))
     _assert_refused(result, "not the reproduce_sha256")
     steps = workdir / "more-steps.yaml"
     config = yaml.safe_load((workdir / "tiny.yaml").read_text(encoding="utf-8"))
@@ -588,7 +589,7 @@ def test_bad_sources_are_refused_by_the_dry_run_leaving_every_output_alone(repro
     steps.write_text(yaml.safe_dump({"training": {**config["training"],
                                                   "defaults": {**defaults, "steps": defaults["steps"] + 1}}}))
     result = _snakemake(workdir, "-n", "--configfile", "config/quick.yaml", "tiny.yaml", steps.name,
-                        config=("reproduce=published.zip",))
+                        config=(f"reproduce={published}",))
     _assert_refused(result, "training.defaults.steps")
     assert _outputs(workdir) == before
 

@@ -108,8 +108,7 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     run_id = (unique_run_id(paths.review.history, dt.datetime.now(dt.UTC), machine.get("git_commit"))
               if paths.review else None)
     reviewers = opening.reviewer_blocks(run_id, machine, metrics, causes)
-    reproduced = ([("p", opening.reproduction_line(changes, published, data.metas.get(data.target)))]
-                  if published else [])
+    reproduced = [opening.reproduction_block(changes, published, data.metas.get(data.target))] if published else []
     blocks = {"opening": reproduced + opening.opening_blocks(milestones, changes, reviewers),
               "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)

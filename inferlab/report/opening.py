@@ -206,19 +206,22 @@ def trained_on(meta: Mapping | None) -> str:
             f"git {str(machine.get('git_commit'))[:12]}")
 
 
-def reproduction_line(changes: Changes, published: Mapping, target_meta: Mapping | None) -> str:
-    """A reproduction's verdict in one line: which run it imported, and number by number whether it agrees."""
+def reproduction_block(changes: Changes, published: Mapping, target_meta: Mapping | None) -> tuple[str, str]:
+    """A reproduction's verdict in one line: which run it imported, and number by number whether it agrees;
+    a warning when a deterministic metric differs."""
     diff = changes.table
     r = reproducibility(diff)
     differ = diff[diff["deterministic_differs"]]
     by_cause = differ["cause_kind"].fillna(UNEXPLAINED).value_counts()
     causes = ", ".join(f"{n} {kind}" for kind, n in by_cause.items())
     incomparable = diff[(diff["verdict"] == NOT_COMPARABLE) & diff["timing"]]
-    return (f"Reproduction of {published['label']}: its checkpoints were imported, not trained (trained on "
+    text = (f"Reproduction of {published['label']}: its checkpoints were imported, not trained (trained on "
             f"{trained_on(target_meta)}). {r['identical']} of {r['total']} deterministic metrics are identical to "
             f"the published run's; {r['within_tolerance']} agree within {fmt(SUMMATION_RTOL)} relative (float "
             f"summation order on another CPU); {r['differ']} differ{f' ({causes})' if causes else ''}."
-            + (f" {not_comparable_line(incomparable, changes.machine)}." if len(incomparable) else ""))
+            + (f" {len(incomparable)} timing metrics are not comparable (another machine or its load; "
+               "“Changes since …” says which)." if len(incomparable) else ""))
+    return ("warning" if r["differ"] else "p", text)
 
 
 def opening_blocks(milestones: list[Milestone], changes: Changes, reviewers: list[tuple] | None = None) -> list[tuple]:

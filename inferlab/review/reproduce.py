@@ -99,9 +99,12 @@ class Source:
         return causes["config"]
 
 
-def open_source(path: str | Path, expected_sha256: str | None = None) -> Source:
-    """The source at path, whole and (for a bundle) the one expected_sha256 names; ReproduceError otherwise."""
+def open_source(path: str | Path, expected_sha256: str | None = None, workdir: str | Path | None = None) -> Source:
+    """The source at path, whole and (for a bundle) the one expected_sha256 names; ReproduceError otherwise.
+    workdir: the run's own directory, which cannot be its own source (its imports would overwrite themselves)."""
     path = Path(path)
+    if workdir is not None and path.is_dir() and path.resolve() == Path(workdir).resolve():
+        raise ReproduceError(f"{path} is this run's own directory: reproduce a run into another directory")
     if path.is_dir():
         if expected_sha256:
             raise ReproduceError(f"reproduce_sha256 names a bundle's sha256, and {path} is a run directory: "
@@ -132,6 +135,14 @@ def checkpoint_members(config: dict) -> list[str]:
     """Every checkpoint file a run of this config holds, as the bundle names it (under results/ in a run)."""
     return [*(model_member(name, file) for name in config["models"] for file in CHECKPOINT_FILES),
             *(noise_member(seed, file) for seed in config["noise_floor"]["extra_seeds"] for file in CHECKPOINT_FILES)]
+
+
+def config_problems(config: dict) -> list[str]:
+    """The cross-key rule of the two settings, checked with the others whether or not a run reproduces."""
+    if config.get("reproduce_sha256") and not config.get("reproduce"):
+        return ["reproduce_sha256: given without reproduce: name the bundle it is the sha256 of "
+                "(--config reproduce=c13-bundle.zip reproduce_sha256=…)"]
+    return []
 
 
 def required_members(config: dict) -> list[str]:

@@ -38,7 +38,7 @@ CONDA_ENV = "../envs/inferlab.yaml"
 from inferlab.corpus.check import corpus_check
 from inferlab.jobs import configcheck
 from inferlab.quant.schemes import SCHEMES
-from inferlab.review.reproduce import checkpoint_members
+from inferlab.review.reproduce import checkpoint_members, config_problems as reproduce_config_problems
 
 # what the corpus check found, kept between Snakemake starts by the file's size and mtime
 CORPUS_CHECK_CACHE = Path(".snakemake/inferlab/corpus-check.json")
@@ -57,6 +57,8 @@ def _check_config():
         configcheck.check_config(config, corpus_stats=stats)
     except configcheck.ConfigError as err:
         refuse(str(err))
+    for problem in reproduce_config_problems(config):
+        refuse(problem)
     return stats
 
 

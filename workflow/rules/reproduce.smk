@@ -14,7 +14,7 @@ def _member_configs():
 
 
 try:
-    PUBLISHED = published_run.open_source(config["reproduce"], config["reproduce_sha256"])
+    PUBLISHED = published_run.open_source(config["reproduce"], config["reproduce_sha256"], workdir=Path.cwd())
     IMPORTED = published_run.check_source(PUBLISHED, config, _member_configs(),
                                           (CORPUS_STATS or {}).get("raw_sha256"))
 except (published_run.ReproduceError, OSError) as err:
