@@ -21,13 +21,40 @@ TABLES: dict[str, Table] = {table.key: table for spec in SPECS for table in spec
 RULE_TABLES = {key: table for key, table in TABLES.items() if table.rule is not None}
 REFERENCE_TABLES = {key: table for key, table in TABLES.items() if table.rule is None}
 
-# The changes figure is drawn by inferlab.review.diff from the specs' overlays, not by the report.
-CHANGES_FIGURE = "changes_overlay"
-FIGURES: dict[str, Figure] = {
-    **{stem: figure for spec in SPECS for stem, figure in spec.figures.items()},
-    CHANGES_FIGURE: Figure("Changes: old vs new headline metrics, one panel per experiment", "Review"),
-}
 OVERLAYS: tuple[tuple[str, str, str], ...] = tuple((spec.name, *spec.overlay) for spec in SPECS if spec.overlay)
+
+# The review's figure: drawn by inferlab.review.diff_figure from the diff (one panel per spec overlay), not from
+# the report's inputs.
+CHANGES_FIGURE = "changes_overlay"
+CHANGES_OVERLAY = Figure(
+    "Changes: old vs new headline metrics, one panel per experiment", "Review",
+    caption=("This run (new) against the run it is compared with (old): the previous ledger entry, else the pinned "
+             "reference reports/reference/metrics.parquet, or for a reproduction the published run it imported; with "
+             "none, the new bars alone. One panel per experiment: " + "; ".join(title for *_, title in OVERLAYS)
+             + ". Error bars run from each metric's low to its high, its noise as results/metrics.parquet records "
+             "it. The report's 'Changes since' section lists every metric whose change exceeds its own noise."),
+    draw=None)
+
+
+def gather_figures(specs: tuple[Spec, ...]) -> dict[str, Figure]:
+    """Every PNG of the report, by file stem (reports/figures/<stem>.png): each spec's figures, then the review's."""
+    return {**{stem: figure for spec in specs for stem, figure in spec.figures.items()},
+            CHANGES_FIGURE: CHANGES_OVERLAY}
+
+
+FIGURES: dict[str, Figure] = gather_figures(SPECS)
+
+
+def figure_captions() -> dict[str, str]:
+    """{stem: caption}, passed by the report rule to Snakemake's --report: workflow/report/figure.rst shows each
+    PNG the caption of its stem."""
+    return {stem: figure.caption for stem, figure in FIGURES.items()}
+
+
+def figure_category(wildcards) -> str:
+    """The section of Snakemake's --report of one PNG of reports/figures/, by the stem its pattern matched."""
+    return FIGURES[wildcards.stem].category
+
 
 _UNIT_SUFFIXES = (("_ms", " (ms)"), ("_nats", " (nats)"), ("_bits", " (bits)"), ("_pct", " (%)"),
                   ("_GB_per_s", " (GB/s)"), ("_per_s", " per s"))

@@ -40,8 +40,11 @@ class Table:
     rule: str  # the rule that writes it ...
     output: str | int  # ... as this output of the rule
     title: str  # what it holds: the title of its appendix entry
-    reads: tuple[str, ...] = ()  # the columns its milestone reads (ReportInputs.require checks them)
-    timed: bool = False  # its timings carry the milestone's caveats (contended, different nodes)
+    # The columns its milestone reads: its check sees only these (ReportInputs.view), and
+    # tests/test_milestone_reads.py fails on one it never reads. Those ...
+    reads: tuple[str, ...] = ()  # ... the table must have (a table lacking one is an error naming it)
+    reads_if_present: tuple[str, ...] = ()  # ... it reads where the table has them (the check does without)
+    timed: bool = False  # its timings carry the milestone's caveats (a `contended` column it declares, its nodes)
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,15 @@ class Metric:
 
 @dataclass(frozen=True)
 class Figure:
+    """One PNG of the report, reports/figures/<stem>.png (its key in `Spec.figures` is the stem), declared once:
+    the report draws it and titles it from here, and Snakemake's --report files and captions it from here."""
+
     title: str
     category: str  # the section of Snakemake's --report
+    caption: str  # what it draws, mark by mark (reStructuredText): its caption in Snakemake's --report
+    # "module:function", the function taking the report's ReportInputs and returning PNG bytes. A name, not the
+    # function, so that this module stays import-free; None: drawn by the review from the diff, not from the inputs.
+    draw: str | None
 
 
 @dataclass(frozen=True)
@@ -95,8 +105,8 @@ class Spec:
     exports: tuple[Export, ...] = ()
     milestone: str | None = None  # "M1": the milestone this experiment's tables decide
     milestone_title: str = ""  # what it checks (its title after the id)
-    required: tuple[str, ...] = ()  # without these tables the milestone is "missing"
-    optional: tuple[str, ...] = ()  # read when present (a check degrades without them)
+    required: tuple[str, ...] = ()  # without these tables the milestone is "missing" (its check requires them)
+    optional: tuple[str, ...] = ()  # read when present (a check degrades without them, never requires them)
     reviewed: tuple[str, ...] = ()  # the metric experiments the milestone's card summarises
     overlay: tuple[str, str] | None = None  # (metric, title): the changes figure's panel of this experiment
     body: tuple[str, ...] = ()  # its section's table: the columns, in order (those present)

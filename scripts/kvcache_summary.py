@@ -8,6 +8,7 @@ from inferlab.core.config import GPTConfig
 from inferlab.core.engine_rows import by_engine
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.row_contention import contended_rows
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
 from inferlab.kvcache.summary import fit_table, summarize_timings
@@ -27,7 +28,9 @@ provenance = carried_stamps(first, model=model_stamp(meta, smk.params.model_name
 summary = by_engine(summarize_timings, timings.drop(columns="contended", errors="ignore"))
 fit = by_engine(fit_table, timings.drop(columns="contended", errors="ignore"), summary,
                 steps.drop(columns="contended", errors="ignore"), config=GPTConfig.from_dict(meta["model_config"]))
-summary["contended"] = fit["contended"] = contended
+# each length's job flags its own rows; the fit reads every length and the step probes, so any of them
+summary["contended"] = contended_rows(summary, timings, ["engine", "length"])
+fit["contended"] = contended
 write_table(timings, smk.output.timings, provenance=provenance)
 write_table(summary, smk.output.summary, provenance=provenance)
 write_table(fit, smk.output.fit, provenance={**provenance, "fit_repeats": read_provenance(smk.input.steps)["repeats"]})

@@ -2,7 +2,6 @@
 
 import _checkout  # noqa: F401  (this checkout's inferlab, also in conda jobs)
 
-from inferlab.experiments import FIGURES
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import CHECKOUT, job_lineage
 from inferlab.jobs.machine import machine_stamp
@@ -32,7 +31,7 @@ paths = ReportPaths(
     inference_json=out.inference_json,
     precomputed_json=out.precomputed_json,
     workbench=out.workbench,
-    figures=dict(zip(FIGURES, out.figures, strict=True)),
+    figures=out.figures,
     appendix=out.appendix,
     review=ReviewPaths(metrics=out.metrics, bundle=out.bundle, history=smk.params.history,
                        reference=smk.params.reference, checkpoints=dict(smk.params.checkpoints),

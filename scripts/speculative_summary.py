@@ -8,6 +8,7 @@ from inferlab.core.config import GPTConfig
 from inferlab.core.engine_rows import by_engine
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.row_contention import contended_rows
 from inferlab.jobs.stamps import carried_stamps
 from inferlab.jobs.tables import read_json, read_provenance, read_table, write_table
 from inferlab.kvcache.roofline import best_rates, step_bound_ms
@@ -45,8 +46,9 @@ engine_stamps = {(table["draft"].iloc[0], int(table["k"].iloc[0]), engine_name):
                  for path, table in group_runs.items()
                  for engine_name, stamp in group_provs[path].get("engines", {}).items()}
 summary = with_compile_seconds(summary, engine_stamps)
-contended = bool(runs.get("contended", False).any())
-summary["contended"] = contended
+# each group job flags its own rows: one contended job leaves the other groups' rows uncontended
+summary["contended"] = contended_rows(summary, runs, ["draft", "k"])
+contended = bool(summary["contended"].any())
 best = best_groups_by_engine(summary)
 group_prov = group_provs[smk.input.runs[0]]
 measured = {key: group_prov[key] for key in ("machine", "model", "repeats", "baseline")}

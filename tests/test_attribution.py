@@ -137,6 +137,14 @@ def causes_of(d: pd.DataFrame) -> dict[tuple[str, str], str]:
     return {(r.experiment, r.key): r.cause for r in d.itertuples() if isinstance(r.cause, str)}
 
 
+def section(d, machine=None) -> str:
+    """The "Changes since …" section as the bundle's changes.md holds it."""
+    from inferlab.report.changes import changes_markdown
+    from inferlab.review.diff import Changes
+
+    return changes_markdown(Changes("old", d, machine=machine, new_label="new"))
+
+
 @pytest.fixture(autouse=True)
 def _no_job_lineage():
     yield
@@ -154,8 +162,8 @@ def test_a_config_edit_of_one_scheme_is_named_with_its_values(tmp_path):
     causes = causes_of(d)
     assert causes == {("quant", "gptq_4b"): "config: quantization.gptq.damp 0.01 → 0.05"}
     assert d.set_index("key").loc["gptq_4b", "verdict"] == verdicts.CHANGED
-    markdown = diff_summary.to_markdown(d, "old", "new")
-    assert "### config: quantization.gptq.damp 0.01 → 0.05" in markdown
+    markdown = section(d)
+    assert "<summary>config: quantization.gptq.damp 0.01 → 0.05 — moved 1 metric(s)</summary>" in markdown
 
 
 @pytest.mark.parametrize(("module", "moved"), [("inferlab/quant/gptq.py", ("quant", "gptq_4b")),
@@ -201,11 +209,12 @@ def test_a_group_reads_as_its_nearest_cause_then_one_line_per_further_cause(tmp_
     edited = code_root_with_edit(tmp_path, "inferlab/sampling/aggregate.py")
     d = explained(tmp_path, {"node": "node-a"},
                   {"node": "node-b", "steps": 600, "code_root": edited, "drift": {("sampling", "greedy"): 0.1}})
-    markdown = diff_summary.to_markdown(d, "old", "new", machine="node node-a → node-b")
-    group = markdown.split("\n### code: sampling_repetition: inferlab/sampling/aggregate.py\n", 1)[1].split("###")[0]
-    assert group.split("1 metric(s):")[0].split() == [
-        "Also:", "-", *"input: checkpoint ref retrained — from config: training.defaults.steps 500 → 600".split(),
-        "-", *"machine: sampling_repetition and train_model ran on the other machine named above".split()]
+    markdown = section(d, Cause.changed(MACHINE, {"node": ("node-a", "node-b")}))
+    opened = markdown.split("<summary>code: sampling_repetition: inferlab/sampling/aggregate.py", 1)[1]
+    group = opened.split("**Further causes**", 1)[1].split("**Metrics with this cause**")[0]
+    assert group.split() == [
+        "-", "also", *"input: checkpoint ref retrained — from config: training.defaults.steps 500 → 600".split(),
+        "-", "also", *"machine: sampling_repetition and train_model ran on the other machine named above".split()]
     assert markdown.count("node-a → node-b") == 1, markdown
 
 
@@ -213,6 +222,7 @@ def test_causes_are_records_the_stored_lineage_reproduces_and_only_render_makes_
     """The diff from two ledger entries (their lineage stored as JSON) holds the same cause records as the
     diff of the runs in memory; the `cause` text beside them, also in the table the diff CLI writes, is
     render()'s, and no record holds text of its own (no "old → new")."""
+    from inferlab.report import changes
     from inferlab.review import diff, ledger
     from inferlab.review.attribution import CAUSE_SEPARATOR
 
@@ -223,7 +233,7 @@ def test_causes_are_records_the_stored_lineage_reproduces_and_only_render_makes_
     history = tmp_path / "history"
     entries = [ledger.append_run(history, table, {"run_id": name, "causes": record}, [])
                for name, table, record in (("a-old", old, old_record), ("b-new", new, new_record))]
-    assert diff.main([*map(str, entries), "--table", str(tmp_path / "d.parquet")]) == 0
+    assert changes.main([*map(str, entries), "--table", str(tmp_path / "d.parquet")]) == 0
     in_memory = verdicts.diff_metrics(old, new, old_record, new_record)
     stored = diff.compare(entries[0], old, new, diff.record_of(entries[1]), "new", None).table
     assert stored["causes"].tolist() == in_memory["causes"].tolist()
@@ -276,36 +286,36 @@ def test_a_node_change_makes_a_timing_not_comparable_and_says_so(tmp_path):
 def test_the_same_machine_line_and_the_machine_heading_agree(tmp_path, fingerprint):
     """One definition of the same machine: the reproducibility line, the run-level heading and every
     job's cause all follow the fingerprint (a host named alike on another machine is another machine)."""
-    from inferlab.review.diff import runs_machine_text
+    from inferlab.review.diff import runs_machine
 
     old, old_record = make_run(tmp_path / "old")
     new, new_record = make_run(tmp_path / "new", fingerprint=fingerprint, drift={("kvcache", "16 cache"): 0.05})
-    machine = runs_machine_text(old, new, old_record, new_record)
+    machine = runs_machine(old, new, old_record, new_record)
     d = verdicts.diff_metrics(old, new, old_record, new_record)
-    markdown = diff_summary.to_markdown(d, "old", "new", machine=machine)
+    markdown = section(d, machine)
     timing = d.set_index("metric").loc["ms_per_token"]
     if fingerprint == "f00":
         assert machine is None and "(the same machine)" in markdown and "another machine" not in markdown
         assert timing["verdict"] != verdicts.NOT_COMPARABLE and "fingerprint" not in markdown, markdown
     else:
-        assert machine == "fingerprint f00 → f01", machine
+        assert render(machine, with_kind=False) == "fingerprint f00 → f01", machine
         assert "(another machine: fingerprint f00 → f01)" in markdown and "the same machine" not in markdown
         assert timing["verdict"] == verdicts.NOT_COMPARABLE and "fingerprint f00 → f01" in timing["cause"]
     # the same answer without the records, from the metrics' own stamps
-    assert runs_machine_text(old, new, None, None) == machine
+    assert runs_machine(old, new, None, None) == machine
 
 
 def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_path):
     """On another machine every timing is not comparable, as expected: one line, the groups folded under it;
     a change with another cause stays open beside it. The tables name metrics and noise as a reader would."""
     from inferlab.experiments import display_name
-    from inferlab.report.opening import change_groups
-    from inferlab.review.diff import runs_machine_text
+    from inferlab.report.changes import change_groups
+    from inferlab.review.diff import runs_machine
 
     old, old_record = make_run(tmp_path / "old")
     new, new_record = make_run(tmp_path / "new", fingerprint="f01", damp=0.05,
                                drift={("kvcache", "16 cache"): 0.05})
-    machine = runs_machine_text(old, new, old_record, new_record)
+    machine = runs_machine(old, new, old_record, new_record)
     d = verdicts.diff_metrics(old, new, old_record, new_record)
     folded, changed = change_groups(d, machine)
     assert folded[0][:2] == ("details", "1 timing metric not comparable: another machine (fingerprint f00 → f01)")
@@ -320,12 +330,13 @@ def test_timings_another_machine_makes_not_comparable_fold_into_one_line(tmp_pat
     same, _ = change_groups(verdicts.diff_metrics(old, make_run(tmp_path / "same", damp=0.05)[0], old_record,
                                                   new_record), None)
     assert not same
-    # a card names the machine change in two words; "Changes since …" names the machines
-    assert diff_summary.milestone_change_lines(d, machine=machine)["M1"].endswith("1 not comparable [another machine])")
+    # a card counts, and names the machine change once; "Changes since …" names the machines
+    card = diff_summary.milestone_change_lines(d, machine=machine)["M1"]
+    assert card.startswith("1 not comparable; cause: machine: ") and card.count("f00 → f01") == 1, card
 
 
 def test_a_long_cause_folds_into_one_line_and_opens_onto_all_of_it(tmp_path, monkeypatch):
-    from inferlab.report.opening import change_groups
+    from inferlab.report.changes import change_groups
 
     old, old_record = make_run(tmp_path / "old")
     new, new_record = make_run(tmp_path / "new", damp=0.05)
@@ -341,7 +352,7 @@ def test_a_hand_altered_deterministic_value_is_unexplained_and_heads_the_diff(tm
     altered.loc[altered.metric == "params", "value"] += 1.0
     d = verdicts.diff_metrics(old, altered, old_record, json.loads(json.dumps(old_record)))
     assert d.iloc[0]["cause_kind"] == UNEXPLAINED and d.iloc[0]["metric"] == "params"
-    assert "Warning: 1 unexplained" in diff_summary.to_markdown(d, "old", "copy")
+    assert "**Warning:** Unexplained: 1 deterministic metric(s) moved" in section(d)
 
 
 def test_summation_order_differences_count_as_identical_within_the_stated_tolerance(tmp_path):
@@ -377,7 +388,7 @@ def test_a_timing_both_runs_reused_is_unchanged_even_across_machines(tmp_path):
 
 
 def test_the_report_warns_on_the_first_screen_and_cards_carry_the_cause(tmp_path):
-    from inferlab.report.opening import change_groups, unexplained_warnings
+    from inferlab.report.changes import change_groups, unexplained_warnings
 
     old, record = make_run(tmp_path / "old")
     new, new_record = make_run(tmp_path / "new", damp=0.05)
@@ -386,7 +397,7 @@ def test_the_report_warns_on_the_first_screen_and_cards_carry_the_cause(tmp_path
     (warning,) = unexplained_warnings(d)
     assert warning[0] == "warning" and "models params ref" in warning[1]
     lines = diff_summary.milestone_change_lines(d)
-    assert "[config: quantization.gptq.damp 0.01 → 0.05]" in lines["M4"]
+    assert "config: quantization.gptq.damp 0.01 → 0.05" in lines["M4"] and "Changes since" in lines["M4"], lines["M4"]
     headings = [block[1] for block in change_groups(d)[1]]
     assert headings[0].startswith("unexplained: ") and headings[1].startswith("config: quantization.gptq.damp")
 
@@ -463,3 +474,22 @@ def test_a_card_names_each_metrics_nearest_cause_and_counts_the_rest():
                                                              for i in range(20)})])
     assert len(brief) == diff_summary.CARD_CAUSE_CHARS and brief.endswith("…")
     assert brief.startswith(long[:diff_summary.CARD_CAUSE_CHARS - 2])
+
+
+def test_causes_are_one_by_their_fields_not_by_their_text():
+    """Two inputs whose sha256 differ only beyond the 8 digits a reader sees render alike and stay two; the
+    same cause found by two walks (another upstream object, equal in every field) is one."""
+    from inferlab.review.attribution import unique
+
+    def moved(old_sha: str) -> Cause:
+        return Cause(INPUT, field=("results/corpus/train.bin",), old=(old_sha,), new=("b" * 64,))
+
+    alike = [moved("a" * 63 + "1"), moved("a" * 63 + "2")]
+    assert render(alike[0]) == render(alike[1]) and len(unique(alike)) == 2
+    via = {"steps": (500, 600)}
+    walks = [Cause(INPUT, field=("results/models/ref/meta.json",), old=("x",), new=("y",),
+                   via=Cause.changed(CONFIG, dict(via))) for _ in range(2)]
+    assert walks[0] is not walks[1] and unique(walks) == [walks[0]]
+    # a setting's value may be a list: still one identity, no hashing error
+    grid = Cause.changed(CONFIG, {"sampling.cells": (["T1"], ["T1", "T2"])})
+    assert len(unique([grid, Cause.changed(CONFIG, {"sampling.cells": (["T1"], ["T1", "T2"])})])) == 1

@@ -7,8 +7,11 @@ import pandas as pd
 import pytest
 
 from inferlab.core import sampler as sampling
+from inferlab.jobs.row_contention import contended_rows
 from inferlab.kvcache import summary as kvsummary
 from inferlab.quant import choice as quant_choice
+from inferlab.report import changes
+from inferlab.report.changes import changes_markdown
 from inferlab.review import diff, diff_summary, verdicts
 from inferlab.review.diff_figure import diff_figure
 from inferlab.review.metrics import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, metrics_table
@@ -91,7 +94,8 @@ def quant_summary(changes: dict[str, float] | None = None) -> pd.DataFrame:
 
 
 def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: dict | None = None,
-                statuses: dict[str, str] | None = None, contended: bool = False, reps: int = 5) -> pd.DataFrame:
+                statuses: dict[str, str] | None = None, contended: bool = False, reps: int = 5,
+                contended_groups: tuple = ()) -> pd.DataFrame:
     samples = repetition_samples()
     rep_summary = sampling_aggregate.summarise(samples, 200, 0)
     cells = samples.drop_duplicates("cell")[CELL_COLUMNS].to_dict("records")
@@ -103,6 +107,10 @@ def run_metrics(timing_seed: int = 0, machine: dict = MACHINE_A, quant_changes: 
     bandwidth, flops = np.random.default_rng(timing_seed + 1000).uniform(0.9, 1.1, 2)
     spec = speculative_summary.with_step_bounds(spec, {"target": 0.5 / bandwidth, "small": 0.05 / bandwidth},
                                                 "target", {2: 0.6 / flops, 4: 0.8 / flops})
+    # as speculative_group.py flags each job's rows, and speculative_summary.py carries them per group
+    runs["contended"] = [contended or (d, k) in contended_groups
+                         for d, k in zip(runs["draft"], runs["k"], strict=True)]
+    spec["contended"] = contended_rows(spec, runs, ["draft", "k"])
     quant = quant_summary(quant_changes)
     timings = kv_timings(timing_seed, reps)
     floor = noise.noise_floor_table([{"name": "seed_a", "seed": 1, "val_loss": 4.00},
@@ -217,8 +225,8 @@ def test_a_milestone_flip_heads_the_diff():
     d = verdicts.diff_metrics(old, new)
     assert d.iloc[0].verdict == verdicts.FLIPPED and d.iloc[0].key == "M2"
     assert d.iloc[1].verdict == verdicts.CHANGED
-    markdown = diff_summary.to_markdown(d, "old", "new")
-    assert markdown.index("flipped") < markdown.index("changed** | quant")
+    markdown = changes_markdown(diff.Changes("old", d))
+    assert markdown.index("| flipped | milestones |") < markdown.index("| changed | quant |")
 
 
 def test_timings_from_another_machine_are_not_comparable():
@@ -231,6 +239,21 @@ def test_timings_from_another_machine_are_not_comparable():
 def test_a_contended_run_makes_timings_not_comparable():
     d = verdicts.diff_metrics(run_metrics(), run_metrics(timing_seed=1, contended=True))
     assert (d.loc[d.noise_kind == REP_RANGE, "verdict"] == verdicts.NOT_COMPARABLE).all()
+
+
+def test_one_contended_group_job_leaves_the_other_groups_comparable():
+    """The job of group small k=4 ran beside other work: its rows are contended, in the summary, the metrics
+    and the diff; small k=2's are not, and compare as usual."""
+    new = run_metrics(timing_seed=1, contended_groups=(("small", 4),))
+    spec = new[(new.experiment == "speculative") & new.timing]
+    assert spec.loc[spec.key.str.startswith("small k=4"), "contended"].all()
+    assert not spec.loc[spec.key.str.startswith("small k=2"), "contended"].any()
+    d = verdicts.diff_metrics(run_metrics(), new)
+    timed = d[(d.experiment == "speculative") & d.timing]
+    incomparable = timed.verdict == verdicts.NOT_COMPARABLE
+    assert incomparable[timed.key.str.startswith("small k=4")].all()
+    assert not incomparable[timed.key.str.startswith("small k=2")].any()
+    assert (timed.loc[incomparable, "cause_kind"] == "contended").all()
 
 
 def test_timing_outside_the_widened_range_is_changed():
@@ -264,12 +287,12 @@ def test_cli_compares_against_the_previous_ledger_entry(tmp_path, capsys, monkey
     first = ledger.append_run(history, run_metrics(), {}, [])
     second_table = run_metrics(statuses={"M3": "fail"})
     second = ledger.append_run(history, second_table, {"run_id": "z-second"}, [])
-    assert diff.main([str(first), str(second)]) == 0
+    assert changes.main([str(first), str(second)]) == 0
     out = capsys.readouterr().out
-    assert "Changes since run " + first.name in out and "**flipped** | milestones | status | M3" in out
+    assert "Changes since run " + first.name in out and "| flipped | milestones | status | M3 |" in out
     # no arguments: NEW is results/metrics.parquet, whose own ledger entry (the latest) is skipped
     write_table(second_table, tmp_path / "results" / "metrics.parquet")
-    assert diff.main(["--figure", "f.png", "--table", "d.parquet", "--markdown", "d.md"]) == 0
+    assert changes.main(["--figure", "f.png", "--table", "d.parquet", "--markdown", "d.md"]) == 0
     assert f"Changes since run {first.name}" in capsys.readouterr().out
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     assert pd.read_parquet(tmp_path / "d.parquet").iloc[0].verdict == verdicts.FLIPPED
@@ -282,12 +305,12 @@ def test_cli_pin_then_diff_against_the_reference(tmp_path, capsys):
     new = tmp_path / "metrics.parquet"
     write_table(run_metrics(), new)
     reference = tmp_path / "reference" / "metrics.parquet"
-    assert diff.main(["--pin", "--reference", str(reference), str(new)]) == 0
+    assert changes.main(["--pin", "--reference", str(reference), str(new)]) == 0
     history = tmp_path / "empty-history"
-    assert diff.main(["--history", str(history), "--reference", str(reference), str(reference), str(new)]) == 0
+    assert changes.main(["--history", str(history), "--reference", str(reference), str(reference), str(new)]) == 0
     assert "No metric changed beyond its noise." in capsys.readouterr().out
     missing = tmp_path / "nothing.parquet"
-    assert diff.main([str(missing), str(new)]) == 2
+    assert changes.main([str(missing), str(new)]) == 2
 
 
 def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_path):
@@ -295,7 +318,7 @@ def test_changes_since_uses_the_latest_entry_before_this_run_is_appended(tmp_pat
 
     history, reference = tmp_path / "history", tmp_path / "reference.parquet"
     nothing = diff.changes_since(run_metrics(), history, reference)
-    assert nothing.old_label is None and "nothing to compare" in nothing.markdown
+    assert nothing.old_label is None and "nothing to compare" in nothing.reason
     entry = ledger.append_run(history, run_metrics(), {}, [])
     changes = diff.changes_since(run_metrics(), history, reference)  # identical: still compared, not skipped
     assert changes.old_label == f"run {entry.name}" and changed(changes.table).empty
@@ -316,14 +339,11 @@ def test_milestone_card_lines_name_the_flip_and_the_change():
     d = verdicts.diff_metrics(run_metrics(), run_metrics(quant_changes={"int4_per_channel_sym": 0.2},
                                                      statuses={"M4": "fail"}))
     lines = diff_summary.milestone_change_lines(d)
-    assert lines["M4"].startswith("flipped pass → fail")
-    assert "chosen_scheme chosen: int4_per_channel_sym → int4_g32_sym" in lines["M4"]
-    assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]
-    # against another configuration the card counts its changes; "Changes since …" gives their causes
-    other = diff_summary.milestone_change_lines(d, other_config=True)["M4"]
+    # the flip, then counts; "Changes since …" lists the metrics, so the card names none
     changed = int((d.experiment.isin(("quant", "models")) & (d.verdict == verdicts.CHANGED)).sum())
-    assert other.startswith("flipped pass → fail; ") and "chosen_scheme" not in other
-    assert f"; {changed} changed" in other and "more changed" not in other
+    assert lines["M4"].startswith(f"flipped pass → fail; {changed} changed"), lines["M4"]
+    assert "chosen_scheme" not in lines["M4"]
+    assert "flipped" not in lines["M1"] and "changed" not in lines["M1"]
 
 
 def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):
@@ -334,16 +354,16 @@ def test_a_reference_from_another_configuration_is_flagged(tmp_path, capsys):
     history = tmp_path / "history"
     full = ledger.append_run(history, run_metrics(), {"config_sha256": "a" * 64}, [])
     reference = tmp_path / "reference" / "metrics.parquet"
-    assert diff.main(["--pin", "--reference", str(reference), str(full)]) == 0
+    assert changes.main(["--pin", "--reference", str(reference), str(full)]) == 0
     assert diff.config_of(reference) == "a" * 64
     quick = tmp_path / "metrics.parquet"
     write_table(run_metrics(), quick, provenance={"config_sha256": "b" * 64})
     capsys.readouterr()
-    assert diff.main(["--reference", str(reference), str(reference), str(quick)]) == 0
+    assert changes.main(["--reference", str(reference), str(reference), str(quick)]) == 0
     assert "different configurations" in capsys.readouterr().out
     other = diff.changes_since(run_metrics(), tmp_path / "empty", reference, new_config="b" * 64)
     same = diff.changes_since(run_metrics(), tmp_path / "empty", reference, new_config="a" * 64)
-    assert "different configurations" in other.markdown and "different configurations" not in same.markdown
+    assert "different configurations" in other.config_note and same.config_note is None
     # the report: a warning under "Changes since …", and each card says it compares across configurations
     from inferlab.report.milestones.common import Milestone
     from inferlab.report.opening import opening_blocks

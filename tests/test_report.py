@@ -16,6 +16,7 @@ from inferlab.core.config import GPTConfig
 from inferlab.core.engine_rows import by_engine
 from inferlab.core.model import GPT
 from inferlab.core.sampler import distribution_rows
+from inferlab.experiments import FIGURES
 from inferlab.jobs.lineage import canonical_sha256 as config_hash
 from inferlab.jobs.stamps import carried_stamps, job_stamps
 from inferlab.jobs.tables import write_table
@@ -127,7 +128,7 @@ def kv_tables(same_output: bool = True, contended: bool = False,
     summary["contended"] = fit["contended"] = contended
     profile = pd.DataFrame([{**_engine_cols(e), "rank": 1, "op": "aten::linear", "op_ms_per_step": 0.3,
                              "wall_ms": 1.0, "op_ms": 0.4 if e == "eager" else 0.7,
-                             "op_share": 0.4 if e == "eager" else 0.7} for e in ENGINES])
+                             "op_share": 0.4 if e == "eager" else 0.7, "contended": contended} for e in ENGINES])
     anchor = json.loads(ANCHOR.read_text(encoding="utf-8"))
     measured = []
     for engine in ENGINES:  # one measured row per engine, as scripts/kvcache_roofline.py writes them
@@ -367,13 +368,24 @@ def test_contended_timings_are_marked_in_stamp_and_verdict():
     assert "contended" not in check_m1(full_data(), MACHINE).verdict
 
 
+def test_one_contended_group_job_is_a_caveat_of_its_rows_not_of_the_experiment():
+    """Only the rows of the contended job carry it: the headline and the stamps stay clean, the caveat counts."""
+    tables = spec_tables()
+    summary = tables["spec_summary"].copy()
+    summary["contended"] = [i == 0 for i in range(len(summary))]
+    m = check_m3(full_data(**{**tables, "spec_summary": summary}), MACHINE)
+    assert not m.evidence.timing.contended and "contended" not in m.headline and "contended" not in m.stamps
+    assert f"timings contended in 1 of {len(summary)} timed rows" in " ".join(narrative.caveats(m))
+
+
 def test_timings_from_different_nodes_are_not_comparable():
     data = full_data()
     node_a, node_b = {**MACHINE, "node": "node-a"}, {**MACHINE, "node": "node-b"}
     data.provenance["kv_summary"] = {**PROV, "machine": node_a,
                                      "machines_per_length": {"t32.parquet": node_a, "t256.parquet": node_b}}
     m = check_m1(data, MACHINE)
-    assert "not comparable (different nodes)" in m.verdict.lower() and "node-a, node-b" in m.verdict
+    said = " ".join(narrative.caveats(m))  # under the verdict, which says only that caveats follow
+    assert "not comparable (different nodes)" in said and "node-a, node-b" in said and "caveats below" in m.verdict
     assert m.stamps["machine"]["node"] == "node-a" and "node-a" in " ".join(stamp_lines(m.stamps))
     assert "different nodes" not in check_m1(full_data(), MACHINE).verdict
     # speculative groups whose jobs ran on two nodes
@@ -381,8 +393,8 @@ def test_timings_from_different_nodes_are_not_comparable():
     per_group = {"c1_dim64_k1.parquet": node_a, "c1_dim64_k3.parquet": node_b}
     data.provenance["spec_summary"] = {**PROV, "machine": node_a, "machines_per_group": per_group}
     m = check_m3(data, MACHINE)
-    assert "Not comparable (different nodes)" in m.verdict and m.stamps["nodes"] == m.evidence.timing.nodes == [
-        "node-a", "node-b"]
+    assert "not comparable (different nodes)" in " ".join(narrative.caveats(m))
+    assert m.stamps["nodes"] == m.evidence.timing.nodes == ["node-a", "node-b"]
 
 
 def test_m1_fails_when_an_output_differs_and_is_missing_without_fit():
@@ -414,7 +426,7 @@ def test_m2_a_rule_with_no_cell_inside_its_threshold_is_a_finding_not_a_failure(
     tables = sampling_tables(rule="max_in_corpus_drop")
     default = tables["sp_default"].assign(rule_satisfied=False)
     m = check_m2(full_data(**{**tables, "sp_default": default}), MACHINE)
-    assert m.status == PASS and "Finding: no cell met the rule's threshold" in m.verdict
+    assert m.status == PASS and "finding: no cell met the rule's threshold" in " ".join(narrative.caveats(m))
     assert f"Default {default['cell'].iloc[0]} by the in-corpus floor rule" in narrative.findings(m)[0]
 
 
@@ -583,7 +595,8 @@ def test_m3_says_when_the_group_jobs_ran_at_different_machine_speeds():
     assert summary.groupby("engine")["job_speed_spread"].first().to_dict() == {"eager": 1.0, "compiled": 2.0}
     m = check_m3(full_data(**tables), MACHINE)
     assert m.evidence.engines["compiled"].job_speeds_differ and not m.evidence.engines["eager"].job_speeds_differ
-    assert "the compiled group jobs ran at different machine speeds (their own target step 1–2 ms)" in m.verdict.lower()
+    assert ("the compiled group jobs ran at different machine speeds (their own target step 1–2 ms)"
+            in " ".join(narrative.caveats(m)))
 
 
 def test_m4_pass_fail_missing():
@@ -606,8 +619,8 @@ def test_m4_states_an_unreliable_noise_floor():
     nf = tables["noise_floor"]
     assert not bool(nf["floor_reliable"].iloc[0])  # two runs: the producer flags the floor
     m = check_m4(full_data(), MACHINE)
-    assert m.status == PASS and "noise floor is unreliable" in m.verdict
-    assert nf["floor_reliability_note"].iloc[0] in m.verdict and "unreliable" in m.headline
+    assert m.status == PASS and "noise floor is unreliable" in " ".join(narrative.caveats(m))
+    assert nf["floor_reliability_note"].iloc[0] in " ".join(narrative.caveats(m)) and "unreliable" in m.headline
     m = check_m4(full_data(noise_floor=nf.assign(floor_reliable=True, floor_reliability_note="")), MACHINE)
     assert "unreliable" not in m.verdict and "unreliable" not in m.headline
     assert fmt(m.evidence.delta_loss, "+") in m.headline and "+0.0083" in m.headline  # ours beside theirs
@@ -716,8 +729,6 @@ def test_everything_missing_gives_missing_not_a_crash(tmp_path):
 
 
 def _paths(tmp: Path) -> ReportPaths:
-    from inferlab.report.figures import FIGURES
-
     return ReportPaths(
         milestones=str(tmp / "results/milestones.parquet"),
         html=str(tmp / "reports/c13-report.html"),
@@ -725,7 +736,7 @@ def _paths(tmp: Path) -> ReportPaths:
         inference_json=str(tmp / "reports/c13-inference.json"),
         precomputed_json=str(tmp / "reports/precomputed.json"),
         workbench=str(tmp / "reports/sampling-workbench.html"),
-        figures={s: str(tmp / f"reports/figures/{s}.png") for s in FIGURES},
+        figures=str(tmp / "reports/figures"),
     )
 
 
@@ -771,7 +782,7 @@ def test_render_on_hand_made_tables(tmp_path):
     assert list(table["headline"]) == [m.headline for m in milestones] and all(table["headline"].str.len() > 0)
 
     page = Path(paths.html).read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == len(paths.figures)
+    assert page.count("data:image/png;base64,") == len(FIGURES)
     assert not EXTERNAL.search(page), EXTERNAL.search(page)
     assert "seed page (theirs)" in page and "1,057,920" in page and "difference of 8,192" in page
     assert "abc123" in page and "train/ref_baseline" in page
@@ -784,9 +795,9 @@ def test_render_on_hand_made_tables(tmp_path):
     assert headers and not [h for h in headers if "_" in h], [h for h in headers if "_" in h]
 
     md = Path(paths.markdown).read_text(encoding="utf-8")
-    for stem, fig in paths.figures.items():
+    for stem in FIGURES:
         assert f"(figures/{stem}.png)" in md
-        assert Path(fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert Path(paths.figures, f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "M1 KV cache" in md and "PASS" in md
 
     inference = json.loads(Path(paths.inference_json).read_text(encoding="utf-8"))
@@ -851,7 +862,7 @@ def test_the_human_row_is_a_reference_not_greedy_nor_a_sampled_cell():
     greedy, human, sampled = repetition_rows(wide_summary(rep).reset_index())
     assert list(greedy["cell"]) == ["greedy"] and list(human["cell"]) == ["human"]
     assert set(sampled["cell"]) == {c["cell"] for c in CELLS}
-    assert sampling_repetition(rep, {})[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sampling_repetition(ReportInputs(tables={"sp_repetition": rep}))[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_seed_reference_numbers_sit_only_on_their_own_cell(tmp_path):
@@ -900,3 +911,18 @@ def test_a_card_names_its_milestone_once():
     assert m.name == "Speculative: chosen draft and k"
     card = "\n".join(block_lines(Document("t"), ("card", m, "headline", "stamps", "change"), "figures", "appendix"))
     assert card.count("M3") == 1, card
+
+
+def test_every_verdict_is_said_in_one_breath():
+    """A verdict is its headline and one closing sentence; caveats, timing trouble and stale reasons go under
+    it. Here everything that used to lengthen it at once: two nodes, contended timings, an unreliable floor."""
+    data = full_data()
+    node_a, node_b = {**MACHINE, "node": "node-a"}, {**MACHINE, "node": "node-b"}
+    per_group = {"c1_dim64_k1.parquet": node_a, "c1_dim64_k3.parquet": node_b}
+    data.provenance["spec_summary"] = {**PROV, "machine": node_a, "machines_per_group": per_group, "contended": True}
+    data.provenance["kv_summary"] = {**PROV, "machine": node_a, "contended": True,
+                                     "machines_per_length": {"t32.parquet": node_a, "t256.parquet": node_b}}
+    milestones = check_all(data, MACHINE)
+    assert all(narrative.caveats(m) for m in milestones if m.id != "M2")
+    longest = max(milestones, key=lambda m: len(m.verdict))
+    assert len(longest.verdict) <= narrative.VERDICT_CHARS, longest.verdict

@@ -83,7 +83,7 @@ def test_two_identical_runs_change_no_metric_and_the_report_says_so(tmp_path):
     assert "## Changes since run " in markdown and "No metric changed beyond its noise." in markdown
     changes = markdown[markdown.index("## Changes since"):markdown.index("## Setup")]
     assert "changes_overlay.png" not in changes  # two equal bars per metric say nothing the sentence does not
-    assert Path(paths.figures["changes_overlay"]).stat().st_size > 0
+    assert Path(paths.figures, "changes_overlay.png").stat().st_size > 0
     assert markdown.index("**M1 PASS**") < markdown.index("## Changes since") < markdown.index("## Setup")
     assert markdown.count("> Since run ") == 4 and "no change beyond noise" in markdown
 
@@ -96,7 +96,7 @@ def test_the_report_tells_a_reviewer_which_run_it_is_and_what_it_can_claim(tmp_p
     section = markdown[markdown.index("## For reviewers"):markdown.index("## Changes since")]
     assert f"Run {entry.name}, code commit {MACHINE['git_commit'][:12]}" in section
     assert "sha256sum -c MANIFEST.sha256" in section
-    assert f"python -m inferlab.review.diff OTHER results/history/{entry.name}" in section
+    assert f"python -m inferlab.report.changes OTHER results/history/{entry.name}" in section
     metrics = pd.read_parquet(paths.review.metrics)
     timings = int(metrics["timing"].sum())
     deterministic = int((~metrics["timing"] & (metrics["experiment"] != "milestones")).sum())
@@ -125,8 +125,23 @@ def test_a_changed_quant_scheme_changes_only_its_rows_and_what_derives_from_them
     markdown = Path(paths.markdown).read_text(encoding="utf-8")
     cards = markdown.split("## Changes since", 1)[0]
     m4_card, other_cards = cards.split("**M4 ", 1)[1], cards.split("**M4 ", 1)[0]
-    assert f"delta_loss {scheme}" in m4_card and "delta_loss" not in other_cards
+    # the M4 card counts what moved and names its cause once; the others saw nothing move
+    assert "changed" in m4_card.split("\n\n", 3)[2] and "changed" not in other_cards.split("For reviewers")[0]
     assert "changes_overlay.png" in markdown.split("## Changes since", 1)[1].split("## Setup", 1)[0]
+
+
+def test_the_bundles_changes_md_is_the_reports_changes_section(tmp_path):
+    """One renderer: the bundle's changes.md holds the very blocks of the report's "Changes since …", so both
+    list the same metrics under the same causes."""
+    import zipfile
+
+    scheme = QUANT_SCHEMES[1]
+    _, paths = _two_runs(tmp_path, full_data(), full_data(**_quant_with(scheme, 3.0)))
+    markdown = Path(paths.markdown).read_text(encoding="utf-8")
+    section = "## Changes since" + markdown.split("## Changes since", 1)[1].split("\n## ", 1)[0]
+    with zipfile.ZipFile(paths.review.bundle) as bundle:
+        changes_md = bundle.read("changes.md").decode("utf-8")
+    assert f"| {scheme} |" in section and changes_md.strip() == section.strip()
 
 
 def test_a_pass_to_fail_flip_heads_the_diff_and_the_report(tmp_path):
@@ -246,7 +261,8 @@ def test_a_stale_input_turns_its_milestone_stale_and_the_stamps_name_the_code(tm
     milestones = write_report(data, paths, RUN, MACHINE, code_hashes=hashes, workdir=str(tmp_path))
     assert {m.id: m.status for m in milestones} == {"M1": PASS, "M2": PASS, "M3": PASS, "M4": STALE_STATUS}
     table = pd.read_parquet(paths.milestones).set_index("milestone")
-    assert table.loc["M4", "status"] == STALE_STATUS and "quant_summary" in table.loc["M4", "problems"]
+    assert table.loc["M4", "status"] == STALE_STATUS and "quant_summary" in table.loc["M4", "stale_inputs"]
+    assert table.loc["M4", "problems"] == ""  # stale is not a failure: its reasons are said once
     markdown = Path(paths.markdown).read_text(encoding="utf-8")
     assert "**M4 STALE**" in markdown and "code kvcache_summary kkkkkkkkkkkk" in markdown
     assert table.loc["M4", "headline"].startswith("STALE (rebuild quant_summary)")
@@ -263,7 +279,7 @@ def test_a_model_stamp_that_names_another_checkpoint_makes_its_milestone_stale(t
     data.provenance["quant_summary"] = {**data.provenance["quant_summary"], "model": forged}
     milestones = write_report(data, paths, RUN, MACHINE, code_hashes={}, workdir=str(tmp_path))
     assert {m.id: m.status for m in milestones} == {"M1": PASS, "M2": PASS, "M3": PASS, "M4": STALE_STATUS}
-    problems = pd.read_parquet(paths.milestones).set_index("milestone").loc["M4", "problems"]
+    problems = pd.read_parquet(paths.milestones).set_index("milestone").loc["M4", "stale_inputs"]
     assert "quant_summary" in problems and "d" * 12 in problems and "f" * 12 in problems
     assert "results/models/ref_baseline/meta.json" in problems
 
@@ -295,8 +311,8 @@ def test_a_damaged_reference_never_blocks_the_report_and_the_diff_says_which_fil
     markdown = Path(paths.markdown).read_text(encoding="utf-8")
     section = markdown.split("## Changes since", 1)[1]
     assert f"No comparison: {paths.review.reference} could not be read" in section
-    cli = subprocess.run([sys.executable, "-m", "inferlab.review.diff", paths.review.reference, paths.review.metrics],
-                         capture_output=True, text=True, cwd=REPO)
+    cli = subprocess.run([sys.executable, "-m", "inferlab.report.changes", paths.review.reference,
+                          paths.review.metrics], capture_output=True, text=True, cwd=REPO)
     assert cli.returncode == 2 and "Traceback" not in cli.stderr
     assert cli.stderr.strip().count("\n") == 0 and paths.review.reference in cli.stderr
 

@@ -25,6 +25,7 @@ from inferlab.jobs.lineage import file_sha256
 from inferlab.jobs.tables import read_json, read_provenance
 from inferlab.jobs.template_lineage import rule_code_sha256
 from inferlab.quant.schemes import SCHEMES
+from inferlab.report.narrative import VERDICT_CHARS
 from inferlab.review import reproduce
 from inferlab.review.bundle import MANIFEST_NAME, build_bundle
 from inferlab.review.ledger import list_runs
@@ -189,6 +190,7 @@ def test_quick_dag_produces_checkpoints_tables_and_report(completed_run):
     assert sorted(milestones["milestone"]) == ["M1", "M2", "M3", "M4"]
     assert set(milestones["status"]) <= {"pass", "fail", "missing"}
     assert "missing" not in set(milestones["status"])
+    assert milestones["verdict"].str.len().max() <= VERDICT_CHARS, milestones["verdict"].tolist()
     # the review layer: metrics table, one ledger entry recording the report files, the bundle
     metrics = pd.read_parquet(completed_run / "results/metrics.parquet")
     assert {"kvcache", "quant", "milestones"} <= set(metrics["experiment"])
@@ -441,7 +443,7 @@ def test_a_config_edit_and_a_code_edit_between_two_runs_are_each_named_in_the_di
     assert ran == {"noise_floor", "quant_summary", "roofline", "speculative_summary", "report", "all"}, ran
     old, new = list_runs(workdir / "results/history")[-2:]
     table = tmp_path / "diff.csv"
-    shown = subprocess.run([sys.executable, "-m", "inferlab.review.diff", str(old), str(new), "--table", str(table)],
+    shown = subprocess.run([sys.executable, "-m", "inferlab.report.changes", str(old), str(new), "--table", str(table)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr
     d = pd.read_csv(table)

@@ -7,7 +7,7 @@ committed reference measurements, never typed in.
     .venv/bin/python tools/readme_results.py --pin [RUN]  # re-pin the reference from RUN, then --write
 
 The README's numbers come from reports/reference/metrics.parquet (the reference pinned with
-`python -m inferlab.review.diff --pin`, which --pin runs), its machine from the causes record
+`python -m inferlab.report.changes --pin`, which --pin runs), its machine from the causes record
 pinned with it, and the seed page's column from config/seed-reference.json. docs/engines.md's
 tables come from reports/reference/engine-bench*.parquet (tools/bench_engine.py --out).
 tests/test_readme.py fails when a block differs from what this writes, so a stale or hand-edited
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=REFERENCE)
     args = parser.parse_args(argv)
     if args.pin is not None:
-        from inferlab.review.diff import main as diff_main
+        from inferlab.report.changes import main as diff_main
         status = diff_main(["--pin", "--reference", str(args.reference), *([args.pin] if args.pin else [])])
         if status:
             return status

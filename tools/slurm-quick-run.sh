@@ -79,8 +79,8 @@ echo "== deterministic tables: local run vs SLURM run"
 
 # Issue 14's reviewer diff between two independent quick runs (local and SLURM, same node):
 # every deterministic metric must agree; timings are shown with their verdicts but not judged.
-echo "== diff: local quick run -> SLURM quick run (python -m inferlab.review.diff)"
-"$REPO/.venv/bin/python" -m inferlab.review.diff "$LOCAL_RUN/results/metrics.parquet" "$WORK/results/metrics.parquet" \
+echo "== diff: local quick run -> SLURM quick run (python -m inferlab.report.changes)"
+"$REPO/.venv/bin/python" -m inferlab.report.changes "$LOCAL_RUN/results/metrics.parquet" "$WORK/results/metrics.parquet" \
     --table "$WORK/diff.csv"
 "$REPO/.venv/bin/python" - "$WORK/diff.csv" <<'PY'
 import sys

@@ -63,8 +63,8 @@ def masked_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      mask: torch.Tensor) -> torch.Tensor:
     """Softmax attention of q (B, nh, T, hs) over every buffer slot (B, nh, S, hs) under mask (T, S).
 
-    As products and sums rather than SDPA: for a few queries the CPU flash kernel's fixed cost
-    (about 0.1 ms a layer) is most of the work, and inductor fuses this form into two loops.
+    As products and sums rather than SDPA: for a few queries the CPU flash kernel's fixed cost per
+    call is most of the work, and inductor fuses this form into two loops.
     """
     scale = q.size(-1) ** -0.5
     scores = (q.unsqueeze(-2).float() * k_cache.unsqueeze(-3).float()).sum(-1) * scale  # (B, nh, T, S)

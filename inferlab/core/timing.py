@@ -13,7 +13,7 @@ import torch
 def settle_heap() -> None:
     """Collects garbage once and moves every object alive now out of the collector's reach (gc.freeze),
     after a warm-up and before what is timed: with torch's compiler stack loaded a full collection walks
-    millions of objects, and one that falls inside a timed decode added about 0.13 s to it."""
+    millions of objects, and one that falls inside a timed decode adds its whole pause to that decode."""
     gc.collect()
     gc.freeze()
 
@@ -43,7 +43,7 @@ def timed_calls_ms(fn: Callable[[], object], reps: int, warmup: int, device: str
 
 
 # A forward is timed as a decode loop runs it, back to back on a warm session, not as the first
-# call after a prefill or after another graph: those first calls of a compiled graph run up to 4x
+# call after a prefill or after another graph: those first calls of a compiled graph run several times
 # slower, and a loop that runs one graph over and over never pays them. Timed one call after a fresh
 # prefill, a verification's cost in target steps came out too high (measurements: docs/engines.md).
 BURST_WARMUP = 3

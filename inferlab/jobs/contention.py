@@ -1,7 +1,7 @@
 """Is the machine busy? A load snapshot before and after each timing job, and a `contended` verdict.
 
-Timings taken while other processes share the cores are slower and noisier (a cached step went
-from ~2 ms to 3.4-5.6 ms under load), so they are flagged rather than silently reported.
+Timings taken while other processes share the cores are slower and noisier, often by a large factor,
+so they are flagged rather than silently reported.
 
 The documented rule (CONTENDED_OTHER_SHARE, CONTENDED_LOAD_PER_CORE): a job is contended when,
 before or after it, other processes used more than 25% of the machine's CPU time over a short

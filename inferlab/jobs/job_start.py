@@ -13,7 +13,7 @@ from inferlab.jobs.lineage import set_job_lineage
 
 
 def _set_threads(threads: int) -> None:
-    # Aggregation jobs never import torch (~3 s of a job); compute jobs have imported it by now.
+    # Aggregation jobs never import torch (it would take most of their time); compute jobs have imported it by now.
     torch = sys.modules.get("torch")
     if torch is None:
         # a later `import torch` reads these

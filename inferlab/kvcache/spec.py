@@ -15,18 +15,20 @@ SPEC = Spec(
     name="kvcache",
     tables=(
         Table("kv_timings", "kvcache_summary", "timings", "KV cache: every timed generation",
-              reads=("same_output",), timed=True),
+              reads=("engine", "same_output"), reads_if_present=("contended",), timed=True),
         Table("kv_summary", "kvcache_summary", "summary", "KV cache: timings per engine, length and mode",
-              reads=("length", "speed_ratio", "speed_ratio_min", "speed_ratio_max"), timed=True),
-        # the fit's columns after `length` are KvEngine's fields of the same names
+              reads=("engine", "length", "mode", "speed_ratio", "speed_ratio_min", "speed_ratio_max",
+                     "ms_per_token_median"), reads_if_present=("engine_used", "contended"), timed=True),
         Table("kv_fit", "kvcache_summary", "fit", "KV cache: fit of the step time a + b·positions",
-              reads=("length", "flop_estimate_ratio", "a_ms", "predicted_ratio"), timed=True),
-        Table("kv_steps", "kvcache_steps", "steps", "KV cache: step-time probes", timed=True),
+              reads=("engine", "length", "flop_estimate_ratio", "a_ms", "predicted_ratio"),
+              reads_if_present=("contended",), timed=True),
+        Table("kv_steps", "kvcache_steps", "steps", "KV cache: step-time probes", reads_if_present=("contended",),
+              timed=True),
         Table("kv_profile", "kvcache_steps", "profile", "KV cache: torch.profiler operators",
-              reads=("op_share", "op_ms", "wall_ms"), timed=True),
+              reads_if_present=("contended",), timed=True),
         Table("roofline_probe", "roofline_probe", 0, "Roofline: this machine's probe"),
         Table("roofline", "roofline", 0, "Roofline: anchor and our model",
-              reads=("subject", "lower_bound_ms_per_token", "measured_over_bound")),
+              reads=("subject", "engine", "lower_bound_ms_per_token")),
         # measured outside the DAG on a quiet machine and committed; the report quotes it with its own stamp
         Table("engine_bench", None, "reports/reference/engine-bench.parquet",
               "Engine variants: ms per cached forward by model, rows and variant "
@@ -68,13 +70,19 @@ SPEC = Spec(
         "mode": "mode", "speed_ratio": "speed ratio (×)", "fit_a_ms": "fit: fixed cost a (ms)",
         "fit_b_ms_per_position": "fit: per-position cost b (ms)",
     },
-    figures={"kvcache_ratio": Figure("KV cache: speed ratio vs generated length", "1 KV cache")},
+    figures={"kvcache_ratio": Figure(
+        "KV cache: speed ratio vs generated length", "1 KV cache",
+        caption=("One panel per engine, eager first: no-cache / cache generation time per generated length (both axes "
+                 "logarithmic), measured (median of paired reps, min-max), predicted from the fit a + b·positions of "
+                 "the no-cache step, and the FLOP estimate; the seed page's CPU ratio at 256 tokens (their machine) "
+                 "as a cross on the eager panel when our lengths reach 256."),
+        draw="inferlab.report.figures:kvcache_ratio")},
     exports=(Export("inference", "kvcache", {"timings": "kv_timings", "summary": "kv_summary", "fit": "kv_fit",
                                              "profile": "kv_profile", "roofline": "roofline"}),),
     milestone="M1",
     milestone_title="KV cache: speed ratio at the longest length, same output, explanation",
     required=("kv_timings", "kv_summary", "kv_fit", "kv_profile"),
-    optional=("roofline",),
+    optional=("roofline", "kv_steps"),
     reviewed=("kvcache", "roofline"),
     body_needs=("kv_timings", "kv_summary"),
     overlay=("speed_ratio", "KV cache: no-cache / cache time, by length"),

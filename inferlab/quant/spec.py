@@ -12,10 +12,9 @@ SPEC = Spec(
     name="quant",
     tables=(
         Table("quant_summary", "quant_summary", "summary", "Quantization: every scheme",
-              reads=("scheme", "delta_loss", "within_noise")),
+              reads=("scheme", "delta_loss", "within_noise"), reads_if_present=("bits",)),
         Table("quant_choice", "quant_summary", "choice", "Quantization: the choice rule",
-              reads=("scheme", "within_noise", "delta_loss", "reason", "measured", "smallest_delta_scheme",
-                     "smallest_delta_loss")),
+              reads=("scheme", "within_noise", "delta_loss", "reason", "measured")),
     ),
     metrics=(
         Metric("delta_loss", "quant_summary", "delta_loss", "{scheme}", "nats", NOISE_FLOOR, spread="noise_floor",
@@ -35,12 +34,16 @@ SPEC = Spec(
         "speed_status": "speed", "within_noise": "within noise", "fp32_loss": "fp32 loss (nats)",
         "chosen_scheme": "chosen scheme",
     },
-    figures={"quant_delta": Figure("Quantization: validation-loss increase per scheme", "4 Quantization")},
+    figures={"quant_delta": Figure(
+        "Quantization: validation-loss increase per scheme", "4 Quantization",
+        caption=("Validation-loss increase over fp32 per quantization scheme, green within our noise floor, red above "
+                 "it; the grey band is ± our noise floor, the dashed line the seed page's floor (their reruns), "
+                 "diamonds the seed page's own Δ for the schemes it published."),
+        draw="inferlab.report.figures:quant_delta")},
     exports=(Export("precomputed", "quantization", {"summary": "quant_summary", "choice": "quant_choice"}),),
     milestone="M4",
     milestone_title="Quantization: a bit width and method with loss increase below the noise floor",
-    required=("quant_summary", "noise_floor"),
-    optional=("quant_choice",),
+    required=("quant_summary", "noise_floor", "quant_choice"),
     reviewed=("quant", "models"),
     overlay=("delta_loss", "Quantization: Δ validation loss, ± noise floor"),
     body=("scheme", "bits", "delta_loss", SEED_DELTA_LOSS, "kl_mean_nats", "top1_agreement", "within_noise"),

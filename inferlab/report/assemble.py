@@ -5,10 +5,12 @@ render.py defines the blocks; sections/*.py fill them; page_html.py and page_mar
 
 from __future__ import annotations
 
-from inferlab.report import figures as F
+import importlib
+from collections.abc import Callable
+
+from inferlab import experiments
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import Milestone
-from inferlab.report.milestones.kvcache import kv_ratio_by_length
 from inferlab.report.render import Document
 from inferlab.report.sections.common import appendix_of_inputs, status_table
 from inferlab.report.sections.kvcache import section_kvcache
@@ -17,6 +19,7 @@ from inferlab.report.sections.quant import section_quant
 from inferlab.report.sections.sampling import section_sampling
 from inferlab.report.sections.setup import section_setup
 from inferlab.report.sections.speculative import section_speculative
+from inferlab.spec import Figure
 
 
 def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
@@ -45,26 +48,39 @@ def build_document(data: ReportInputs, milestones: list[Milestone], run: dict,
     section_speculative(doc, data, by_id["M3"], seed)
     section_quant(doc, data, by_id["M4"], seed)
     section_provenance(doc, run, review["provenance"] if review is not None else ())
+    doc.blocks += unplaced_figures(doc)
     appendix_of_inputs(doc, data)
     doc.figures = make_figures(data)
     return doc
 
 
+def _figure_stems(blocks: list[tuple]):
+    """The stems of every figure block, inside folded ("details") and two-column ("pair") blocks too."""
+    for block in blocks:
+        if block[0] == "figure":
+            yield block[1]
+        elif block[0] == "details":  # ("details", summary, [blocks])
+            yield from _figure_stems(block[2])
+        elif block[0] == "pair":  # ("pair", [blocks], [blocks])
+            yield from _figure_stems([*block[1], *block[2]])
+
+
+def unplaced_figures(doc: Document) -> list[tuple]:
+    """The drawn figures no section shows (a new one declared only in its spec), each under its title: every
+    declared figure reaches the page, and a section places it where its story needs it."""
+    shown = set(_figure_stems(doc.blocks)) | {t.figure for t in doc.appendix}
+    rest = [(stem, figure) for stem, figure in experiments.FIGURES.items() if figure.draw and stem not in shown]
+    return [("h2", "Further figures"), *(("figure", stem, figure.title) for stem, figure in rest)] if rest else []
+
+
 def make_figures(data: ReportInputs) -> dict[str, bytes]:
-    seed = data.seed_reference
-    summ = data.table("kv_summary")
-    ratios = kv_ratio_by_length(summ) if summ is not None else None
-    nf = data.table("noise_floor")
-    return {
-        "kvcache_ratio": F.kvcache_ratio(ratios, data.table("kv_fit"), seed),
-        "sampling_heatmaps": F.sampling_heatmaps(data.table("sp_distribution")),
-        "sampling_repetition": F.sampling_repetition(data.table("sp_repetition"), seed, data.table("sp_default")),
-        "speculative_yield": F.speculative_yield(data.table("spec_summary")),
-        "quant_delta": F.quant_delta(
-            data.table("quant_summary"),
-            float(nf["floor"].iloc[0]) if nf is not None else None,
-            seed.get("noise_floor", {}).get("floor"),
-            seed.get("quantization", {}),
-        ),
-        "training_curves": F.training_curves(data.loss_curves),
-    }
+    """{stem: PNG} of every figure the specs declare a drawing for (the review's changes figure comes from the diff,
+    in inferlab.report.build)."""
+    return {stem: drawing(figure)(data) for stem, figure in experiments.FIGURES.items() if figure.draw}
+
+
+def drawing(figure: Figure) -> Callable[[ReportInputs], bytes]:
+    """The function a figure names ("module:function"), imported only when the report draws: the specs, read at
+    the workflow's parse time, stay free of matplotlib."""
+    module, function = figure.draw.split(":")
+    return getattr(importlib.import_module(module), function)

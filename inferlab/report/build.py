@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferlab.experiments import MILESTONES
+from inferlab.experiments import CHANGES_FIGURE, MILESTONES
 from inferlab.jobs.lineage import canonical_sha256
 from inferlab.jobs.machine import format_machine, machine_stamp
 from inferlab.jobs.tables import write_json, write_table
 from inferlab.report import exports, opening
 from inferlab.report.assemble import build_document
+from inferlab.report.changes import changes_markdown
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.checklist import check_all
 from inferlab.report.milestones.common import Milestone
@@ -38,7 +39,7 @@ class ReportPaths:
     inference_json: str
     precomputed_json: str
     workbench: str
-    figures: dict[str, str]  # stem -> path of the PNG (next to the Markdown, in figures/)
+    figures: str  # the folder of the PNGs, <stem>.png each (next to the Markdown: figures/)
     appendix: str | None = None  # the folder of the appendix tables as CSV; None: appendix/ next to the Markdown
     review: ReviewPaths | None = None  # metrics, bundle, ledger; None: none of them (unit tests)
 
@@ -74,8 +75,7 @@ def _changes(metrics: pd.DataFrame, review: ReviewPaths | None, config_sha256: s
     """What this run is compared with: a reproduction with the run it imported, else the latest ledger entry
     or the pinned reference."""
     if review is None:
-        return Changes(None, None, "## Changes since …\n\nNot compared: this report was written without a ledger.\n",
-                       None)
+        return Changes(None, None, reason="Not compared: this report was written without a ledger.")
     if review.published:
         return changes_since_published(metrics, review.published, config_sha256, causes)
     return changes_since(metrics, Path(review.history), Path(review.reference), new_config=config_sha256,
@@ -112,17 +112,12 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
     blocks = {"opening": reproduced + opening.opening_blocks(milestones, changes, reviewers),
               "provenance": opening.lineage_blocks(lineage)}
     doc = build_document(data, milestones, run, blocks)
-    if opening.CHANGES_FIGURE in paths.figures:
-        doc.figures[opening.CHANGES_FIGURE] = (changes.figure_png if changes.figure_png
-                                              else diff_figure(metrics.iloc[0:0], metrics))
-    missing_fig = set(paths.figures) ^ set(doc.figures)
-    if missing_fig:
-        raise ValueError(f"figure list of the rule and of the package differ: {sorted(missing_fig)}")
+    doc.figures[CHANGES_FIGURE] = changes.figure_png or diff_figure(metrics.iloc[0:0], metrics)
+    Path(paths.figures).mkdir(parents=True, exist_ok=True)
     for stem, png in doc.figures.items():
-        Path(paths.figures[stem]).parent.mkdir(parents=True, exist_ok=True)
-        Path(paths.figures[stem]).write_bytes(png)
+        (Path(paths.figures) / f"{stem}.png").write_bytes(png)
     md_dir = Path(paths.markdown).parent
-    fig_rel = Path(next(iter(paths.figures.values()))).parent.resolve().relative_to(md_dir.resolve())
+    fig_rel = Path(paths.figures).resolve().relative_to(md_dir.resolve())
     appendix_dir = Path(paths.appendix) if paths.appendix else md_dir / "appendix"
     write_appendix(doc, appendix_dir)
     Path(paths.html).parent.mkdir(parents=True, exist_ok=True)
@@ -157,5 +152,6 @@ def write_report(data: ReportInputs, paths: ReportPaths, run: dict, machine: dic
         )
     Path(paths.workbench).write_text(page, encoding="utf-8")
     if paths.review is not None:
-        bundle_and_record(paths, paths.review, metrics, changes, run, machine, code_hashes, causes, run_id)
+        bundle_and_record(paths, paths.review, metrics, changes, changes_markdown(changes), run, machine, code_hashes,
+                          causes, run_id)
     return milestones

@@ -1,4 +1,5 @@
-"""The report's matplotlib figures. Each function returns PNG bytes; missing data -> a placeholder.
+"""The report's matplotlib figures. Each drawing takes the report's inputs and returns PNG bytes; missing data ->
+a placeholder. A spec's `Figure(draw="inferlab.report.figures:<function>")` names the drawing of each figure.
 
 The PNGs carry no 'Software' text chunk, so no URL ends up in the files either.
 """
@@ -16,6 +17,8 @@ import pandas as pd  # noqa: E402
 
 from inferlab.experiments import FIGURES  # noqa: E402
 from inferlab.quant.spec import SEED_SCHEMES  # noqa: E402
+from inferlab.report.inputs import ReportInputs  # noqa: E402
+from inferlab.report.milestones.kvcache import kv_ratio_by_length  # noqa: E402
 from inferlab.review.numbers import fmt  # noqa: E402
 from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
 from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
@@ -47,15 +50,18 @@ def legend_below(fig, axes, ncol: int = 3) -> None:
                frameon=False)
 
 
-def kvcache_ratio(ratios: pd.DataFrame | None, fit: pd.DataFrame | None, seed: dict) -> bytes:
+def kvcache_ratio(data: ReportInputs) -> bytes:
     """One panel per engine: measured ratio (median, min-max), the fit's prediction, the FLOP estimate,
     and the seed page's CPU value as a marker on the seed-faithful (first) engine."""
+    summary = data.table("kv_summary")
+    ratios = kv_ratio_by_length(summary) if summary is not None else None
     if ratios is None or ratios.empty:
         return placeholder(FIGURES["kvcache_ratio"].title, "results/kvcache/summary.parquet")
+    fit = data.table("kv_fit")
     blocks = list(ratios.groupby("engine", sort=False))
     fig, axes = plt.subplots(1, len(blocks), figsize=(4.0 * len(blocks), 2.9), sharey=True, squeeze=False,
                              layout="constrained")
-    kv = seed.get("kvcache", {})
+    kv = data.seed_reference.get("kvcache", {})
     flops = fit.sort_values("length").drop_duplicates("length") if fit is not None and "length" in fit else None
     for i, (ax, (name, block)) in enumerate(zip(axes[0], blocks, strict=True)):
         y = block["ratio"].to_numpy()
@@ -98,7 +104,8 @@ def _grid_matrix(dist: pd.DataFrame, value: str) -> pd.DataFrame:
     return d.pivot_table(index="temperature", columns="column", values=value, aggfunc="first")[order]
 
 
-def sampling_heatmaps(dist: pd.DataFrame | None) -> bytes:
+def sampling_heatmaps(data: ReportInputs) -> bytes:
+    dist = data.table("sp_distribution")
     if dist is None or dist.empty:
         return placeholder(FIGURES["sampling_heatmaps"].title, "results/sampling/distribution.parquet")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -126,9 +133,10 @@ def repetition_rows(w: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
     return w[w["cell"] == GREEDY_CELL], w[w["cell"] == HUMAN_CELL], w[~special]
 
 
-def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFrame | None = None) -> bytes:
+def sampling_repetition(data: ReportInputs) -> bytes:
     """Each cell's 4-gram repetition against its in-corpus 4-gram share, coloured by temperature; human
     text, greedy and the chosen default marked: the default is the cell nearest the human point."""
+    rep, default, seed = data.table("sp_repetition"), data.table("sp_default"), data.seed_reference
     if rep is None or rep.empty:
         return placeholder(FIGURES["sampling_repetition"].title, "results/sampling/repetition.parquet")
     w = wide_summary(rep).reset_index()
@@ -164,10 +172,11 @@ def sampling_repetition(rep: pd.DataFrame | None, seed: dict, default: pd.DataFr
     return to_png(fig)
 
 
-def speculative_yield(summary: pd.DataFrame | None) -> bytes:
+def speculative_yield(data: ReportInputs) -> bytes:
     """Small multiples: the yield per target forward, measured against the formula (it does not depend on
     the engine), then per engine the wall-clock speedup against the theory with c by parameters and
     against the forward model with every forward at its roofline bound."""
+    summary = data.table("spec_summary")
     if summary is None or summary.empty:
         return placeholder(FIGURES["speculative_yield"].title, "results/speculative/summary.parquet")
     measured, formula = "tokens_per_target_forward", "formula_tokens_per_target_forward"
@@ -197,12 +206,18 @@ def speculative_yield(summary: pd.DataFrame | None) -> bytes:
     return to_png(fig)
 
 
-def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: float | None,
-                seed_quant: dict) -> bytes:
+def quant_delta(data: ReportInputs) -> bytes:
+    """Each scheme's Δ validation loss, coloured by whether it is within our noise floor, against our floor
+    and the seed page's floor and Δ values."""
+    summary = data.table("quant_summary")
     if summary is None or summary.empty:
         return placeholder(FIGURES["quant_delta"].title, "results/quant/summary.parquet")
     from matplotlib.patches import Patch
 
+    noise = data.table("noise_floor")
+    floor = float(noise["floor"].iloc[0]) if noise is not None else None
+    seed_floor = data.seed_reference.get("noise_floor", {}).get("floor")
+    seed_quant = data.seed_reference.get("quantization", {})
     s = summary.sort_values("delta_loss", ascending=False)
     fig, ax = plt.subplots(figsize=(6.4, 0.15 * len(s) + 1.4), layout="constrained")
     within = s["within_noise"].astype(bool)
@@ -225,7 +240,8 @@ def quant_delta(summary: pd.DataFrame | None, floor: float | None, seed_floor: f
     return to_png(fig)
 
 
-def training_curves(curves: dict[str, pd.DataFrame]) -> bytes:
+def training_curves(data: ReportInputs) -> bytes:
+    curves = data.loss_curves
     if not curves:
         return placeholder(FIGURES["training_curves"].title, "results/models/*/loss_curve.parquet")
     fig, ax = plt.subplots(figsize=(6.4, 2.3))

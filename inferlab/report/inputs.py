@@ -37,6 +37,7 @@ class ReportInputs:
     producers: dict[str, str] = field(default_factory=dict)  # key -> rule that writes the file
 
     def table(self, key: str) -> pd.DataFrame | None:
+        """The whole table, as the sections, figures and exports show it; a milestone reads `view` instead."""
         return self.tables.get(key)
 
     def has(self, *keys: str) -> bool:
@@ -45,19 +46,29 @@ class ReportInputs:
     def missing(self, *keys: str) -> list[str]:
         return [self.paths.get(k, k) for k in keys if self.tables.get(k) is None and self.json.get(k) is None]
 
-    def require(self, key: str) -> pd.DataFrame:
-        """The table `key`, after checking it has the columns its spec says the report reads; a clear error
-        names table and column."""
+    def view(self, key: str) -> pd.DataFrame | None:
+        """The table `key` as its milestone sees it: only the columns its spec says the milestone reads, so a
+        check that reads an undeclared column fails on it rather than drifting from the declaration; None when
+        the table was not produced. A table lacking a column it must have is an error naming table and column."""
         df = self.tables.get(key)
         if df is None:
-            raise ReportInputError(f"the report needs the table {self.paths.get(key, key)!r}, which was not loaded")
-        absent = [c for c in TABLES[key].reads if c not in df.columns]
+            return None
+        declared = TABLES[key]
+        absent = [c for c in declared.reads if c not in df.columns]
         if absent:
             rule = self.producers.get(key, "?")
             raise ReportInputError(
                 f"table {self.paths.get(key, key)} (written by rule {rule}) lacks the column(s) {absent} that the "
                 f"report reads; its producer and the report disagree. Rebuild it with `--forcerun {rule}`."
             )
+        seen = {*declared.reads, *declared.reads_if_present}
+        return df[[c for c in df.columns if c in seen]]
+
+    def require(self, key: str) -> pd.DataFrame:
+        """The view of a table the milestone cannot be checked without."""
+        df = self.view(key)
+        if df is None:
+            raise ReportInputError(f"the report needs the table {self.paths.get(key, key)!r}, which was not loaded")
         return df
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from inferlab.review.numbers import fmt
 
 MET = {True: "met", False: "not met", None: "–"}
+VERDICT_CHARS = 500  # a verdict is read in one breath; the targets table and the caveats under it say the rest
 LIMIT = "limit (roofline, or the seed page)"
 
 
@@ -181,11 +182,19 @@ def _judged(m) -> bool:
     return is_dataclass(m.evidence) and m.id in _RENDER
 
 
-def _caveats(m) -> list[str]:
+def caveats(m) -> list[str]:
+    """What the verdict's numbers must be read with; the experiment's section lists them under its verdict."""
     ev, out = m.evidence, []
+    if m.stale:
+        out += [f"{key} is stale ({why}); the checks said {m.stale.checked}" for key, why in m.stale.reasons.items()]
+    if not _judged(m):
+        return out
     caveat = getattr(ev, "timing", None)
     if caveat is not None and caveat.contended:
         out.append("timings contended: other work loaded the machine, so they do not compare with an idle run")
+    if caveat is not None and caveat.partly_contended:
+        out.append(f"timings contended in {caveat.partly_contended}: their jobs ran beside other work, so those rows "
+                   "do not compare with an idle run; the other rows' jobs had the machine to themselves")
     if caveat is not None and len(caveat.nodes) > 1:
         out.append(f"not comparable (different nodes): the timings ran on {', '.join(caveat.nodes)}")
     if m.id == "M2" and ev.chosen is not None and not ev.rule_satisfied:
@@ -201,25 +210,27 @@ def _caveats(m) -> list[str]:
 
 
 def _closing(m) -> str:
-    """The verdict's last sentence: why it failed, the caveats, the targets below that are not met."""
-    parts = [f"failed: {'; '.join(m.problems)}"] if m.problems else []
-    parts += _caveats(m)
+    """The verdict's last sentence: why it failed, else the first target below that is not met, the rest
+    counted, and whether caveats follow."""
     unmet = [t.target for t in m.evidence.targets if t.met is False]
-    if unmet and not m.problems:  # the first by name, the rest counted: the table below lists them
-        parts.append(f"not met below: {unmet[0]}" + (f" and {len(unmet) - 1} more" if len(unmet) > 1 else ""))
-    return _sentence(*parts) or "Every target below is met."
+    if m.problems:
+        text = _sentence(f"failed: {'; '.join(m.problems)}")
+    elif unmet:
+        text = _sentence(f"not met below: {unmet[0]}" + (f" and {len(unmet) - 1} more" if len(unmet) > 1 else ""))
+    else:
+        text = "Every target below is met."
+    return text + (" Read it with the caveats below." if caveats(m) else "")
 
 
 def verdict(m) -> str:
-    """At most three sentences: the headline (what was found, beside the seed page), the closing, and
-    where a milestone is stale, why. The findings above it say why the numbers are what they are."""
+    """In one breath: the headline (what was found, beside the seed page) and the closing; a stale milestone
+    says so first. The targets table, the caveats and the findings say the rest."""
     if _judged(m):
         text = f"{_RENDER[m.id][0](m.evidence)} {_closing(m)}"
     else:
         text = f"Missing inputs: {', '.join(m.missing_inputs)}." if m.missing_inputs else ""
     if m.stale:
-        text = (f"STALE: {', '.join(m.stale['inputs'])} no longer match the current code or inputs "
-                f"({m.stale['why']}); rebuild them (the checks said {m.stale['checked']}). {text}")
+        text = f"STALE: rebuild {', '.join(m.stale.inputs)} (the checks said {m.stale.checked}). {text}"
     return text
 
 
@@ -227,7 +238,7 @@ def headline(m) -> str:
     if not _judged(m):
         return verdict(m)
     text = _RENDER[m.id][0](m.evidence)
-    return f"STALE (rebuild {', '.join(m.stale['inputs'])}): {text}" if m.stale else text
+    return f"STALE (rebuild {', '.join(m.stale.inputs)}): {text}" if m.stale else text
 
 
 def findings(m) -> list[str]:
@@ -269,11 +280,12 @@ def statements(m) -> list[str]:
 
 
 def verdict_blocks(m) -> list[tuple]:
-    """The verdict, its targets table and the producers' statements, as report blocks."""
+    """The verdict, its targets table, its caveats and the producers' statements, as report blocks."""
     blocks = [("h3", "Verdict"), ("milestone", m)]
     table = targets_table(m)
     if table is not None:
         blocks.append(("table", table, f"What {m.id} checked: ours against each limit"))
+    blocks += [("note", f"Caveat: {text}.") for text in caveats(m)]
     said = statements(m)
     return blocks + ([("details", "The rules, as the jobs state them", [("note", text) for text in said])]
                      if said else [])

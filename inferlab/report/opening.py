@@ -12,34 +12,22 @@ build.py calls these after the milestone checks and before rendering:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import pandas as pd
 
-from inferlab.experiments import CHANGES_FIGURE, MILESTONES, display_name
+from inferlab.experiments import MILESTONES
+from inferlab.report.changes import changes_blocks, unexplained_warnings
 from inferlab.report.inputs import ReportInputs
-from inferlab.report.milestones.common import MISSING, Milestone
+from inferlab.report.milestones.common import MISSING, Milestone, Stale
 from inferlab.report.stamp_reader import stamp_line
-from inferlab.review.attribution import UNEXPLAINED, render
+from inferlab.review.attribution import UNEXPLAINED
 from inferlab.review.diff import Changes
-from inferlab.review.diff_summary import (
-    brief_cause,
-    cause_groups,
-    cause_lines,
-    counts,
-    cut,
-    milestone_change_lines,
-    needs_look,
-    reproducibility,
-    reproducibility_line,
-    unexplained,
-)
+from inferlab.review.diff_summary import milestone_change_lines, reproducibility
 from inferlab.review.lineage_graph import STALE, LineageGraph, lineage_table, stale_inputs
 from inferlab.review.metrics import SUMMATION_RTOL
 from inferlab.review.numbers import fmt
-from inferlab.review.verdicts import NOT_COMPARABLE, missing
-from inferlab.spec import NOISE_WORDS
+from inferlab.review.verdicts import NOT_COMPARABLE
 
 STALE_STATUS = "stale"
 _CHECKPOINT = "checkpoint "  # key prefix of a model's meta.json in the lineage table
@@ -81,88 +69,9 @@ def mark_stale(milestones: list[Milestone], lineage: pd.DataFrame) -> list[Miles
             m.stamps["code_sha256"] = ", ".join(codes)
         stale = stale_inputs(lineage, keys)
         if stale and m.status != MISSING:
-            reasons = lineage.set_index("path").loc[stale, "reason"]
-            m.problems.append("stale inputs: " + "; ".join(f"{k} ({r})" for k, r in reasons.items()))
-            first, why = next(iter(reasons.items()))  # one reason in the body; all of them in the appendix
-            m.stale = {"inputs": stale, "why": f"{first}: {why}", "checked": m.status}  # narrative says it
+            m.stale = Stale(dict(lineage.set_index("path").loc[stale, "reason"]), checked=m.status)
             m.status = STALE_STATUS
     return milestones
-
-
-def _value(value, text) -> object:
-    if isinstance(text, str):
-        return text
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
-
-
-def changes_table(shown: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the diff as the report shows them."""
-    texts = shown["old_text"].notna() | shown["new_text"].notna()  # a status or a choice: no Δ
-    return pd.DataFrame({
-        "verdict": shown["verdict"], "experiment": shown["experiment"], "metric": shown["metric"].map(display_name),
-        "key": shown["key"],
-        "old": [_value(v, t) for v, t in zip(shown["old"], shown["old_text"], strict=True)],
-        "new": [_value(v, t) for v, t in zip(shown["new"], shown["new_text"], strict=True)],
-        "Δ": shown["delta"].mask(texts), "Δ%": shown["delta_pct"].mask(texts),
-        "noise": [NOISE_WORDS.get(kind, kind) for kind in shown["noise_kind"]],
-    })
-
-
-def unexplained_warnings(diff: pd.DataFrame | None, listed: int = 3) -> list[tuple]:
-    """One warning for the first screen when a deterministic number moved with nothing recorded changed."""
-    if diff is None or unexplained(diff).empty:
-        return []
-    rows = unexplained(diff)
-    named = "; ".join(f"{r.experiment} {r.metric} {r.key} ({render(r.causes[0], with_kind=False)})"
-                      for r in rows.head(listed).itertuples())
-    more = f"; and {len(rows) - listed} more" if len(rows) > listed else ""
-    return [("warning", f"Unexplained: {len(rows)} deterministic metric(s) moved and nothing recorded differs "
-                        f"(code, config, inputs, machine): {named}{more}. The lab is not reproducible there; "
-                        "see “Changes since …”.")]
-
-
-def _cause_blocks(rows: pd.DataFrame, machine: str | None, listed: int) -> list[tuple]:
-    """Per cause one line, its heading (cut to one line) and how many metrics it moved: one config edit is
-    one line. Opened, the whole heading, each further cause on a line of its own and a short table of
-    what it moved."""
-    blocks: list[tuple] = []
-    for _, causes, group in cause_groups(rows):
-        heading, also = cause_lines(causes, machine)
-        more = f" (the first {listed} of {len(group)})" if len(group) > listed else ""
-        inner = [("p", heading)] if cut(heading) != heading else []
-        inner += [("cause", "Further causes", also)] if also else []
-        blocks.append(("details", f"{cut(heading)} — moved {len(group)} metric(s)",
-                       [*inner, ("table", changes_table(group.head(listed)), f"Metrics with this cause{more}")]))
-    return blocks
-
-
-def not_comparable_line(rows: pd.DataFrame, machine: str | None = None) -> str:
-    """'N timing metrics not comparable: another machine (fingerprint a → b)', the fingerprints cut to 8
-    characters; without one pair of fingerprints (a contended run, probes that disagree), the rows'
-    nearest causes."""
-    pairs = {(str(a)[:8], str(b)[:8]) for a, b in zip(rows["fingerprint_old"], rows["fingerprint_new"], strict=True)
-             if not missing(a) and not missing(b) and a != b}
-    if len(pairs) == 1:
-        (old, new), = pairs
-        why = f"another machine (fingerprint {old} → {new})"
-    else:
-        why = "; ".join(dict.fromkeys(brief_cause(c, machine, with_more=False) for c in rows["causes"] if c))
-    return f"{len(rows)} timing metric{'s' if len(rows) != 1 else ''} not comparable: {why}"
-
-
-def change_groups(diff: pd.DataFrame, machine: str | None = None,
-                  listed: int = 8) -> tuple[list[tuple], list[tuple]]:
-    """(the timings that cannot be compared, the other changes by cause), each a line that opens. The
-    first are expected there (another machine, a contended run), not changes: one line for all of them."""
-    shown = needs_look(diff)
-    incomparable = (shown["verdict"] == NOT_COMPARABLE) & shown["timing"]
-    folded = _cause_blocks(shown[incomparable], machine, listed)
-    changed = _cause_blocks(shown[~incomparable], machine, listed)
-    rest = shown[shown["cause"].isna()]
-    if len(rest):
-        changed.append(("details", f"{len(rest)} metric(s) added or removed",
-                        [("table", changes_table(rest.head(listed)), "Added or removed metrics")]))
-    return [("details", not_comparable_line(shown[incomparable], machine), folded)] if folded else [], changed
 
 
 def _kinds(rows: pd.DataFrame) -> str:
@@ -187,7 +96,7 @@ def reviewer_blocks(run_id: str | None, machine: dict, metrics: pd.DataFrame, ca
         ("p", "Re-derive every number from it without training (it carries this run's checkpoints): "
               "./run.sh --config reproduce=c13-bundle.zip reproduce_sha256=SHA256, where SHA256 is the bundle's own, "
               "published beside it in reports/c13-bundle.zip.sha256 (a page inside the bundle cannot hold it)."),
-        ("p", f"Diff against another run: python -m inferlab.review.diff OTHER {entry} (OTHER: a ledger entry or "
+        ("p", f"Diff against another run: python -m inferlab.report.changes OTHER {entry} (OTHER: a ledger entry or "
               "a metrics.parquet); its cause column says why each number moved."),
         ("p", f"Holds everywhere: the {len(deterministic)} deterministic metrics ({_kinds(deterministic)}) are "
               "identical on a machine with the same CPU model and kernel flags, and agree within their noise "
@@ -226,40 +135,15 @@ def reproduction_block(changes: Changes, published: Mapping, target_meta: Mappin
 
 def opening_blocks(milestones: list[Milestone], changes: Changes, reviewers: list[tuple] | None = None) -> list[tuple]:
     """The first screen: any unexplained change, one card per milestone, "For reviewers", then
-    "Changes since …" by cause."""
-    lines = (milestone_change_lines(changes.table, machine=changes.machine, other_config=bool(changes.config_note))
-             if changes.table is not None else {})
+    "Changes since …" by cause (inferlab.report.changes: the same blocks as the bundle's changes.md)."""
+    lines = milestone_change_lines(changes.table, changes.machine) if changes.table is not None else {}
     since = f"Since {changes.old_label}" if changes.old_label else "Since the reference"
     if changes.config_note:
         since += " (a run of another configuration)"
     blocks: list[tuple] = unexplained_warnings(changes.table)
-    blocks += [
-        ("card", m, m.headline, stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
-        for m in milestones
-    ]
-    blocks += reviewers or []
-    if changes.table is None:
-        blocks += [("h2", "Changes since …"), ("p", changes.markdown.split("\n\n", 1)[-1].strip()),
-                   ("figure", CHANGES_FIGURE, "No earlier run to compare with: this run's values only.")]
-        return blocks
-    tally = counts(changes.table)
-    blocks += [
-        ("h2", f"Changes since {changes.old_label}"),
-        ("p", "Each metric against its own noise (python -m inferlab.review.diff): "
-              + ", ".join(f"{n} {v}" for v, n in tally.items() if n) + "."),
-        ("p", reproducibility_line(changes.table, changes.old_label, changes.machine)),
-        *([("p", changes.newer_code)] if changes.newer_code else []),
-        *([("warning", changes.config_note)] if changes.config_note else []),
-    ]
-    folded, changed = change_groups(changes.table, changes.machine)
-    if not folded and not changed:
-        # the overlay would show two equal bars per metric: the sentence says it (the PNG is still written)
-        return blocks + [("p", "No metric changed beyond its noise.")]
-    figure = ("figure", CHANGES_FIGURE, f"Old ({changes.old_label}) vs this run, with their noise")
-    if not changed:  # only timings that cannot be compared: the overlay folds with them
-        _, summary, groups = folded[0]
-        return [*blocks, ("details", summary, [*groups, figure])]
-    return blocks + folded + changed + [("details", "The overlay: old vs this run", [figure])]
+    blocks += [("card", m, m.headline, stamp_line(m.stamps), f"{since}: {lines.get(m.id, 'nothing to compare yet')}")
+               for m in milestones]
+    return blocks + (reviewers or []) + changes_blocks(changes)
 
 
 def lineage_blocks(lineage: pd.DataFrame | None) -> list[tuple]:

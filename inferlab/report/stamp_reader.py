@@ -126,6 +126,7 @@ def _milestone_row(m) -> dict:
             "evidence_json": json.dumps(asdict(m.evidence) if is_dataclass(m.evidence) else m.evidence,
                                         ensure_ascii=False, sort_keys=True, default=str),
             "problems": "; ".join(m.problems), "missing_inputs": "; ".join(m.missing_inputs),
+            "stale_inputs": "; ".join(f"{key} ({why})" for key, why in (m.stale.reasons if m.stale else {}).items()),
             "model": model.get("model"),
             **{f"model_{k}": model.get(k) for k in ("params", "checkpoint_sha256", "val_loss")},
             **{f"machine_{k}": machine.get(k) for k in TABLE_MACHINE_KEYS},

@@ -15,8 +15,9 @@ its fields, never its text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 
 from inferlab.experiments import MILESTONES
@@ -80,6 +81,12 @@ class Cause:
     def changed(cls, kind: str, moves: Mapping[str, tuple], rule: str | None = None) -> Cause:
         """From {field: (old, new)}."""
         return cls(kind, rule, tuple(moves), *(tuple(pair[i] for pair in moves.values()) for i in (0, 1)))
+
+    @property
+    def identity(self) -> str:
+        """Every field, upstream causes included, canonically: two causes are one exactly when this is equal
+        (a setting's value may be a list or a mapping, so the dataclass itself does not hash)."""
+        return json.dumps(asdict(self), sort_keys=True, default=str, ensure_ascii=False)
 
 
 def render(c: Cause, with_kind: bool = True, input_joiner: str = ": ") -> str:
@@ -297,10 +304,10 @@ def _merge_inputs(causes: list[Cause]) -> list[Cause]:
     groups: dict[str, dict[str, Cause]] = {}
     for c in causes:
         if c.kind == INPUT and (c.via or None in (c.old[0], c.new[0])):  # moved upstream, added or removed
-            alike = render(c.via) if c.via else "added" if c.old[0] is None else "removed"
+            alike = c.via.identity if c.via else "added" if c.old[0] is None else "removed"
             groups.setdefault(alike, {}).setdefault(label(c.field[0]), c)
         else:  # any other cause, or a file without lineage that changed (by its own sha256): only itself
-            groups.setdefault(render(c), {"": c})
+            groups.setdefault(c.identity, {"": c})
     alike = [[group[name] for name in sorted(group)] for group in groups.values()]
     return [files[0] if len(files) == 1 else  # one cause: each file with its old and new sha256
             Cause(INPUT, None, *zip(*((c.field[0], c.old[0], c.new[0]) for c in files), strict=True), files[0].via)
@@ -308,9 +315,10 @@ def _merge_inputs(causes: list[Cause]) -> list[Cause]:
 
 
 def unique(causes: list[Cause]) -> list[Cause]:
-    """Each cause once (two that read alike are one), most specific first."""
-    by_text = {render(cause): cause for cause in reversed(causes)}
-    return [by_text[t] for t in sorted(by_text, key=lambda t: (CAUSE_ORDER.index(by_text[t].kind), t))]
+    """Each cause once (equal in every field, whichever walk found it), most specific first; two that
+    differ only where their text is cut (a sha256 beyond 8 digits, a long setting) stay two."""
+    by_identity = {cause.identity: cause for cause in reversed(causes)}
+    return sorted(by_identity.values(), key=lambda c: (CAUSE_ORDER.index(c.kind), render(c), c.identity))
 
 
 def source_files(source: str | None, record: Mapping) -> list[str]:

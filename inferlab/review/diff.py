@@ -1,31 +1,25 @@
 """A noise-aware diff of two runs' metrics tables: what changed, and is it real?
 
-    python -m inferlab.review.diff [OLD] [NEW]      # Markdown to the terminal
-    python -m inferlab.review.diff --pin            # refresh the reference pinned in git (tools/readme_results.py
-                                                    # --pin does this and rewrites the README's results table)
+The comparison the report, the bundle and `python -m inferlab.report.changes` (which lays it out)
+share. OLD and NEW are metrics.parquet files or ledger entries (results/history/<run_id>/). NEW
+defaults to results/metrics.parquet (else the latest ledger entry); OLD to the ledger entry before
+NEW, else to the pinned reference reports/reference/metrics.parquet.
 
-OLD and NEW are metrics.parquet files or ledger entries (results/history/<run_id>/). NEW defaults
-to results/metrics.parquet (else the latest ledger entry); OLD to the ledger entry before NEW,
-else to the pinned reference reports/reference/metrics.parquet.
-
-The verdicts and causes are inferlab.review.verdicts'; how they read, inferlab.review.diff_summary's.
+The verdicts and causes are inferlab.review.verdicts'; their counts and lines, inferlab.review.diff_summary's.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
-from inferlab.jobs.tables import read_provenance, write_table
+from inferlab.jobs.tables import read_provenance
 from inferlab.review import ledger
 from inferlab.review.attribution import CONFIG, MACHINE, Cause, leaf_changes, machine_moves, render
 from inferlab.review.diff_figure import diff_figure
-from inferlab.review.diff_summary import to_markdown
 from inferlab.review.lineage_graph import upstream_rules
 from inferlab.review.metrics import MACHINE_COLUMNS, stamp_of_columns
 from inferlab.review.verdicts import diff_metrics
@@ -40,15 +34,16 @@ DEFAULT_REFERENCE = Path("reports/reference/metrics.parquet")
 
 @dataclass
 class Changes:
-    """What the report's "Changes since …" section shows; old_label is None when there is nothing to compare."""
+    """What "Changes since …" shows; old_label and table are None when nothing is compared (`reason` says why)."""
 
     old_label: str | None
     table: pd.DataFrame | None
-    markdown: str
-    figure_png: bytes | None
-    machine: str | None = None  # how the two runs' machines differ; None: the same (or unknown)
+    figure_png: bytes | None = None
+    machine: Cause | None = None  # how the two runs' machines differ; None: the same (or unknown)
     config_note: str | None = None  # config_note's warning when the two runs' configurations differ
     newer_code: str | None = None  # which metrics come from code newer than the old run's (newer_code_line)
+    new_label: str = "this run"
+    reason: str | None = None  # why nothing is compared
 
 
 def _recorded(path: Path, key: str):
@@ -118,14 +113,14 @@ def newer_code_line(table: pd.DataFrame, old_record: dict | None, new_record: di
             f"{', '.join(sorted(changed))} changed since; read their old values as the old code's.")
 
 
-def runs_machine_text(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
-                      new_record: dict | None) -> str | None:
+def runs_machine(old: pd.DataFrame, new: pd.DataFrame, old_record: dict | None,
+                 new_record: dict | None) -> Cause | None:
     """How the machines of two runs differ, as every cause names it (so "the same machine" means the same
     everywhere): from their records, else from the metrics' stamps where each run names one machine."""
     moved = machine_moves((old_record or {}).get("machine"), (new_record or {}).get("machine"))
     if not moved and not (old_record and new_record):
         moved = machine_moves(_one_machine(old), _one_machine(new))
-    return render(Cause.changed(MACHINE, moved), with_kind=False) if moved else None
+    return Cause.changed(MACHINE, moved) if moved else None
 
 
 def _one_machine(table: pd.DataFrame) -> dict | None:
@@ -138,16 +133,14 @@ def _one_machine(table: pd.DataFrame) -> dict | None:
 
 
 def compare(old_path: Path, old: pd.DataFrame, new: pd.DataFrame, new_record: dict | None,
-            new_label: str, new_config: str | None, show_all: bool = False, old_label: str | None = None) -> Changes:
-    """The diff, its Markdown and figure for one pair of runs (the report's and the CLI's)."""
+            new_label: str, new_config: str | None, old_label: str | None = None) -> Changes:
+    """The diff and its figure for one pair of runs (the report's and the CLI's)."""
     old_record = record_of(old_path)
-    old_label = old_label or _label(old_path)
+    old_label = old_label or label_of(old_path)
     table = diff_metrics(old, new, old_record, new_record)
-    machine = runs_machine_text(old, new, old_record, new_record)
-    note = config_note(config_of(old_path), new_config, old_record, new_record)
-    newer = newer_code_line(table, old_record, new_record, old_label)
-    markdown = to_markdown(table, old_label, new_label, show_all=show_all, note=note, machine=machine, newer=newer)
-    return Changes(old_label, table, markdown, diff_figure(old, new), machine, note, newer)
+    return Changes(old_label, table, diff_figure(old, new), runs_machine(old, new, old_record, new_record),
+                   config_note(config_of(old_path), new_config, old_record, new_record),
+                   newer_code_line(table, old_record, new_record, old_label), new_label)
 
 
 def changes_since_published(new: pd.DataFrame, published: dict, new_config: str | None = None,
@@ -166,13 +159,13 @@ def changes_since(new: pd.DataFrame, history: Path, reference: Path, new_config:
         old_path = default_old(None, new, Path(history), Path(reference))
         old = load(old_path)
     except FileNotFoundError:
-        return Changes(None, None, "## Changes since …\n\nNo earlier run in the ledger and no pinned "
-                       f"reference ({reference}): nothing to compare with yet.\n", None)
+        return Changes(None, None, reason=f"No earlier run in the ledger and no pinned reference ({reference}): "
+                                          "nothing to compare with yet.")
     except ledger.UnreadableRecord as err:
-        return Changes(None, None, f"## Changes since …\n\nNo comparison: {err}. The comparison material "
-                       "is optional, so this report was built without it; repair or remove that file "
-                       "(re-pin the reference with `.venv/bin/python tools/readme_results.py --pin`, which also "
-                       "rewrites the README's results table).\n", None)
+        return Changes(None, None, reason=f"No comparison: {err}. The comparison material is optional, so this "
+                                          "report was built without it; repair or remove that file (re-pin the "
+                                          "reference with `.venv/bin/python tools/readme_results.py --pin`, which "
+                                          "also rewrites the README's results table).")
     return compare(old_path, old, new, new_record, "this run", new_config)
 
 
@@ -218,51 +211,5 @@ def default_old(new_path: Path | None, new_table: pd.DataFrame, history: Path, r
                             f"{reference} (pin one with `.venv/bin/python tools/readme_results.py --pin`)")
 
 
-def _label(path: Path) -> str:
+def label_of(path: Path) -> str:
     return f"run {path.name}" if path.is_dir() else str(path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m inferlab.review.diff", description=__doc__.split("\n\n")[0])
-    parser.add_argument("old", nargs="?", type=Path, help="metrics.parquet or ledger entry (default: previous run)")
-    parser.add_argument("new", nargs="?", type=Path, help=f"metrics.parquet or ledger entry (default: {DEFAULT_NEW})")
-    parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY, help="the ledger directory")
-    parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE, help="the reference pinned in git")
-    parser.add_argument("--all", action="store_true", help="list every metric, not only what needs a look")
-    parser.add_argument("--markdown", type=Path, help="also write the Markdown here")
-    parser.add_argument("--table", type=Path, help="also write the diff table here (.parquet or .csv)")
-    parser.add_argument("--figure", type=Path, help="also write the old/new overlay PNG here")
-    parser.add_argument("--pin", action="store_true",
-                        help="copy NEW (default: the latest run) to the reference and exit; then commit it")
-    args = parser.parse_args(argv)
-    try:
-        if args.pin:
-            source = args.old or default_new(args.history)
-            write_table(load(source), args.reference,
-                        provenance={"config_sha256": config_of(source), "causes": record_of(source)})
-            print(f"pinned {_label(source)} as {args.reference}; commit it: git add -f {args.reference}")
-            return 0
-        new_path = args.new or default_new(args.history)
-        new_table = load(new_path)
-        old_path = args.old or default_old(new_path, new_table, args.history, args.reference)
-        old_table = load(old_path)
-    except (FileNotFoundError, KeyError, ledger.UnreadableRecord) as err:
-        print(f"inferlab.review.diff: {err}", file=sys.stderr)
-        return 2
-    changes = compare(old_path, old_table, new_table, record_of(new_path), _label(new_path), config_of(new_path),
-                      show_all=args.all)
-    diff = changes.table.drop(columns="causes")  # the records stay in memory; a file holds their text, `cause`
-    print(changes.markdown)
-    for path, content in ((args.markdown, changes.markdown.encode("utf-8")), (args.figure, changes.figure_png)):
-        if path:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-    if args.table and args.table.suffix == ".csv":
-        diff.to_csv(args.table, index=False)
-    elif args.table:
-        write_table(diff, args.table)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

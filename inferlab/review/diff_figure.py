@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pandas as pd
 
-from inferlab.experiments import OVERLAYS
+from inferlab.experiments import CHANGES_FIGURE, FIGURES, OVERLAYS
 
 
 def _overlay(ax, old: pd.DataFrame, new: pd.DataFrame, experiment: str, metric: str, title: str) -> None:
@@ -30,16 +28,14 @@ def _overlay(ax, old: pd.DataFrame, new: pd.DataFrame, experiment: str, metric: 
 
 def diff_figure(old: pd.DataFrame, new: pd.DataFrame) -> bytes:
     """PNG: one panel per spec overlay, old vs new with their noise (rep ranges, ± the floor)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # imported when drawing, not with the module: the diff's tables and text need no matplotlib. The report's
+    # pyplot (Agg) and PNG settings, as for every other figure.
+    from inferlab.report.figures import plt, to_png
 
     fig, axes = plt.subplots(1, len(OVERLAYS), figsize=(5.5 * len(OVERLAYS), 4), squeeze=False)
     for ax, (experiment, metric, title) in zip(axes[0], OVERLAYS, strict=True):
         _overlay(ax, old, new, experiment, metric, title)
         ax.axhline(0.0, color="black", linewidth=0.6)
+    fig.suptitle(FIGURES[CHANGES_FIGURE].title, fontsize=10)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return to_png(fig)

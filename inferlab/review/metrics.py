@@ -123,10 +123,13 @@ def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[
             continue
         seen.add((name, key))
         direction = metric.higher_is_better
-        rows.append(_row(metric.experiment or spec.name, name, key, value, metric.unit, metric.noise,
-                         **_bounds(metric, record, value), timing=metric.timing, text_value=text,
-                         higher_is_better=direction.get(name) if isinstance(direction, Mapping) else direction,
-                         source=metric.table))
+        row = _row(metric.experiment or spec.name, name, key, value, metric.unit, metric.noise,
+                   **_bounds(metric, record, value), timing=metric.timing, text_value=text,
+                   higher_is_better=direction.get(name) if isinstance(direction, Mapping) else direction,
+                   source=metric.table)
+        if metric.timing and not missing(record.get("contended")):  # the flag of the job that measured this row
+            row["contended"] = bool(record["contended"])
+        rows.append(row)
     return rows
 
 
@@ -173,11 +176,13 @@ def flat_stamps(stamps: dict) -> dict:
 
 
 def _stamped(rows: Iterable[dict], stamps: dict) -> list[dict]:
-    """stamps: see flat_stamps; per-experiment overrides (same shape) under stamps["experiments"]."""
+    """stamps: see flat_stamps; per-experiment overrides (same shape) under stamps["experiments"]. A row that
+    carries its own `contended` (its measuring job's) keeps it: one contended job does not mark the others'."""
     base = flat_stamps(stamps)
     overrides = {experiment: {k: v for k, v in flat_stamps(override).items() if v is not None}
                  for experiment, override in (stamps.get("experiments") or {}).items() if override}
-    return [{**row, **base, **overrides.get(row["experiment"], {})} for row in rows]
+    return [{**row, **base, **overrides.get(row["experiment"], {}),
+             **({"contended": row["contended"]} if "contended" in row else {})} for row in rows]
 
 
 def metrics_table(tables: dict[str, pd.DataFrame | None], milestones: pd.DataFrame | None, stamps: dict,

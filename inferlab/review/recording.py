@@ -49,26 +49,27 @@ def unique_run_id(history: str | Path, now: dt.datetime, commit: str | None) -> 
     return run_id
 
 
-def bundle_files(paths, review: ReviewPaths, work: Path, config: dict, changes: Changes) -> dict[str, Path]:
+def bundle_files(paths, review: ReviewPaths, work: Path, config: dict, changes_markdown: str) -> dict[str, Path]:
     """{name in the zip: file}: the report and its figures, the exports, the workbench, the config
-    (JSON and YAML), the metrics table, the diff Markdown and every checkpoint (what a reproduction imports)."""
+    (JSON and YAML), the metrics table, the report's "Changes since …" as changes.md and every checkpoint
+    (what a reproduction imports)."""
     written = {"config.json": json.dumps(config, ensure_ascii=False, indent=2, sort_keys=True, default=str) + "\n",
                "config.yaml": yaml.safe_dump(json.loads(json.dumps(config, default=str)), allow_unicode=True,
                                              sort_keys=True),
-               "changes.md": changes.markdown}
+               "changes.md": changes_markdown}
     for name, text in written.items():
         (work / name).write_text(text, encoding="utf-8")
     appendix = Path(paths.appendix or Path(paths.markdown).parent / "appendix")
     return {**{Path(p).name: Path(p) for p in (paths.html, paths.markdown, paths.inference_json,
                                                paths.precomputed_json, paths.workbench)},
-            **{f"figures/{Path(p).name}": Path(p) for p in paths.figures.values()},
+            **{f"figures/{p.name}": p for p in sorted(Path(paths.figures).glob("*.png"))},
             **{f"appendix/{p.name}": p for p in sorted(appendix.glob("*.csv"))},
             "metrics.parquet": Path(review.metrics), **{name: work / name for name in written},
             **{name: Path(path) for name, path in review.checkpoints.items()}}
 
 
-def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes, run: dict,
-                      machine: dict, code_hashes: dict | None, causes: dict | None, run_id: str) -> Path:
+def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes: Changes, changes_markdown: str,
+                      run: dict, machine: dict, code_hashes: dict | None, causes: dict | None, run_id: str) -> Path:
     """1. metrics.parquet; 2. the bundle; 3. the ledger entry with the sha256 of every report file.
     Both the table and the entry keep the causes record (a pinned reference copies it from the table).
     run_id: the id the report already printed (inferlab.report.opening's "For reviewers").
@@ -76,7 +77,7 @@ def bundle_and_record(paths, review: ReviewPaths, metrics: pd.DataFrame, changes
     write_table(metrics, review.metrics, provenance={"machine": machine, "config_sha256": run.get("config_sha256"),
                                                      "causes": causes})
     with tempfile.TemporaryDirectory() as work:
-        build_bundle(review.bundle, bundle_files(paths, review, Path(work), run.get("config") or {}, changes))
+        build_bundle(review.bundle, bundle_files(paths, review, Path(work), run.get("config") or {}, changes_markdown))
     Path(review.bundle_digest_file).write_text(f"{file_sha256(review.bundle)}  {Path(review.bundle).name}\n")
     history = Path(review.history)
     now = dt.datetime.now(dt.UTC)

@@ -9,7 +9,7 @@ Each metric is judged against its own noise (see inferlab.review.metrics for the
                 no noise estimate when neither run kept a spread;
 - any text (a status, a choice) that differs is changed; a milestone going pass <-> not pass
   is a flip, and flips head the diff.
-A deterministic number within IDENTICAL_RTOL of the other (summation order) is unchanged; measured on
+A deterministic number within IDENTICAL_RTOL of the other (summation order) is unchanged; between
 two machines whose kernels differ, within SUMMATION_RTOL.
 
 Every metric that changed, flipped or is not comparable, and every deterministic metric that

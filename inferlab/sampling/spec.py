@@ -21,14 +21,19 @@ SPEC = Spec(
     tables=(
         Table("sp_logits", "sampling_distribution", "logits", "Sampling: the exported next-token logits"),
         Table("sp_distribution", "sampling_distribution", "table", "Sampling: next-token distribution per cell",
-              reads=("cell", "kept")),
+              reads=("cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "kept")),
         Table("sp_repetition", "sampling_repetition", "summary", "Sampling: repetition metrics per cell (long form)",
-              reads=("cell",)),
+              reads=("cell", "truncation", "temperature", "top_p", "min_p", "metric", "mean", "ci_low", "ci_high")),
         Table("sp_samples", "sampling_repetition", "examples", "Sampling: example texts"),
-        # the default record (repetition.choose_default or human_match.choose_human_match)
+        # the default record (threshold_rule.choose_default or human_match.choose_human_match): each rule's numbers
+        # are read where its record has them
         Table("sp_default", "sampling_default", "default", "Sampling: the default and the min-p decision",
-              reads=("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason")),
-        Table("sp_distance", "sampling_default", "distances", "Sampling: distance of each cell to held-out human text"),
+              reads=("kind", "cell", "rule", "rule_satisfied", "min_p_decision", "min_p_reason"),
+              reads_if_present=("distance", "distance_ci_low", "distance_ci_high", "closest_cell", "runner_up_cell",
+                                "runner_up_distance", "greedy_distance", "seq_rep_4", "in_corpus_4gram_share",
+                                "in_corpus_floor")),
+        Table("sp_distance", "sampling_default", "distances", "Sampling: distance of each cell to held-out human text",
+              reads=("cell", "distance")),
     ),
     metrics=(
         Metric("entropy_bits", "sp_distribution", "entropy_bits", "{cell}", "bits"),
@@ -54,9 +59,19 @@ SPEC = Spec(
         "min_p_decision": "min-p decision",
     },
     figures={
-        "sampling_heatmaps": Figure("Sampling: entropy and kept tokens over the grid", "2 Sampling"),
-        "sampling_repetition": Figure("Sampling: repetition against in-corpus 4-grams per cell, by temperature",
-                                      "2 Sampling"),
+        "sampling_heatmaps": Figure(
+            "Sampling: entropy and kept tokens over the grid", "2 Sampling",
+            caption=("Two heatmaps over temperature (rows) x the top-p and min-p cells (columns), each cell printed "
+                     "with its value: the entropy (nats) and the kept-token count (colour on a log10 scale) of the "
+                     "truncated next-token distribution."),
+            draw="inferlab.report.figures:sampling_heatmaps"),
+        "sampling_repetition": Figure(
+            "Sampling: repetition against in-corpus 4-grams per cell, by temperature", "2 Sampling",
+            caption=("One point per sampling cell: its 4-gram repetition (x) against its in-corpus 4-gram share (y), "
+                     "coloured by temperature (circles top-p, diamonds min-p); the held-out human text (star), greedy "
+                     "(cross) and the seed page's greedy repetition (dash-dot line) as references; the chosen default "
+                     "is labelled."),
+            draw="inferlab.report.figures:sampling_repetition"),
     },
     exports=(Export("inference", "sampling", {"distribution": "sp_distribution", "repetition": "sp_repetition",
                                               "default": "sp_default", "distance": "sp_distance",
@@ -64,6 +79,7 @@ SPEC = Spec(
     milestone="M2",
     milestone_title="Sampling: full repetition table, a default chosen by a stated rule, min-p decision",
     required=("sp_distribution", "sp_repetition", "sp_default"),
+    optional=("sp_distance",),
     reviewed=("sampling",),
     body=("cell", "entropy_nats", "kept", SEED_KEPT, "seq_rep_4", "in_corpus_4gram_share", "distance"),
     body_needs=("sp_repetition", "sp_default"),

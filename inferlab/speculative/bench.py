@@ -104,8 +104,8 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
     Each prompt x seed runs both decoders back to back, the first of the two alternating from one
     pair to the next (column ran_first), so the wall-clock speedup divides two timings taken
     moments apart in one job. Timed in separate jobs, they could differ by the machine's drift
-    alone: a shared VM's speed moved up to 3x between the jobs of one run, which the contention
-    check (load and steal) did not see.
+    alone: a shared VM's speed can move several-fold between the jobs of one run without the
+    contention check (load and steal) seeing it.
 
     Reruns repeat the same seed, so their tokens and counters are identical (CPU decoding is
     deterministic); only wall_ms differs. One untimed run of each decoder over every prompt first warms

@@ -1,10 +1,10 @@
 """A whole speculative round, and a sampled decode step, as single graphs for the compiled engine.
 
-On the compiled engine a round used to be k + 1 compiled calls with eager softmax, sampling
-and a Python accept loop between them, each paying the fixed cost of a call and a host sync.
-Here the k draft steps, the (k+1)-row verification and the accept/resample rule are one
-function that the engine runs as one package per (target, draft, k, context bucket); the emitted tokens, m and the
-per-position overlaps come back in one tensor, so a round syncs with the host once.
+Run as k + 1 compiled calls with eager softmax, sampling and a Python accept loop between them,
+a round would pay the fixed cost of a call and a host sync k + 1 times. Here the k draft steps, the
+(k+1)-row verification and the accept/resample rule are one function that the engine runs as one
+package per (target, draft, k, context bucket); the emitted tokens, m and the per-position overlaps
+come back in one tensor, so a round syncs with the host once.
 
 The rule is the exact one of inferlab.speculative.decode.verify_sampled (both use residual_probs
 and overlap, defined here): accept draft token x

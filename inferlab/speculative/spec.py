@@ -16,13 +16,13 @@ SPEC = Spec(
         # speculative_summary: summarise, with_step_bounds, with_compile_seconds, with_job_speed_spread; M3
         # reads these, a round's accounting and each step against its bound are in the appendix's table
         Table("spec_summary", "speculative_summary", "summary", "Speculative: every (engine, draft, k) group",
-              reads=("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
+              reads=("engine", "draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",
                      "c_time", "speedup_theory_params", "speedup_theory_time", "wall_speedup", "verify_cost_ratio",
                      "c_time_in_round", "compile_s", "packages", "target_step_ms", "c_params",
                      "target_step_bound_ms", "draft_step_bound_ms", "verify_bound_ratio", "job_speeds_differ"),
-              timed=True),
+              reads_if_present=("contended",), timed=True),
         Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion",
-              reads=("criterion", "draft", "k", "reason")),
+              reads=("engine", "criterion", "draft", "k", "value", "reason")),
         Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case",
               reads=("identical",)),
     ),
@@ -56,14 +56,20 @@ SPEC = Spec(
         "runner_up_draft": "runner-up draft", "runner_up_k": "runner-up k", "runner_up_value": "runner-up value",
         "chosen_group": "chosen group",
     },
-    figures={"speculative_yield": Figure("Speculative: yield per round and wall-clock speedup, measured vs formula",
-                                         "3 Speculative")},
+    figures={"speculative_yield": Figure(
+        "Speculative: yield per round and wall-clock speedup, measured vs formula", "3 Speculative",
+        caption=("Small multiples, one colour per draft. First panel: measured tokens per target forward (dots) "
+                 "against the formula E = (1 - alpha^(k+1)) / (1 - alpha) (dashed), per k, on the first engine (the "
+                 "yield does not depend on the engine). Then one panel per engine: the measured wall-clock speedup "
+                 "over target-only sampling (dots) against the theoretical speedup with c by parameters (dashed) and "
+                 "against the forward model with every forward at its roofline bound (dotted, 'at the roofline'); "
+                 "the line at 1× is break-even."),
+        draw="inferlab.report.figures:speculative_yield")},
     exports=(Export("precomputed", "speculative", {"summary": "spec_summary", "greedy_identity": "spec_identity",
                                                    "best": "spec_best"}),),
     milestone="M3",
     milestone_title="Speculative: chosen draft and k with reason, greedy identity in every case",
-    required=("spec_summary", "spec_identity"),
-    optional=("spec_best",),
+    required=("spec_summary", "spec_identity", "spec_best"),
     reviewed=("speculative",),
     # read on the first engine (acceptance and yield do not depend on it), then the wall clock per engine
     body=("draft", "k", "alpha", "tokens_per_target_forward", "formula_tokens_per_target_forward",

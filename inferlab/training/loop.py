@@ -49,7 +49,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 # CPU flags (as /proc/cpuinfo spells them) that mean bf16 matmuls run in hardware. oneDNN's
 # own check (_is_mkldnn_bf16_supported) is also true on plain AVX-512, where bf16 autocast is
-# emulated and measured about 2x SLOWER than fp32, so it must not decide alone.
+# emulated and slower than fp32, so it must not decide alone.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
 
 

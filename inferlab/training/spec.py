@@ -13,7 +13,7 @@ SPEC = Spec(
     name="models",
     tables=(
         Table("noise_floor", "noise_floor", 0, "Noise floor: reruns that differ only in seed",
-              reads=("floor", "floor_source")),
+              reads=("floor", "floor_source"), reads_if_present=("floor_reliable", "floor_reliability_note")),
         Table("corpus_stats", "prepare_corpus", "stats", "Corpus statistics"),
     ),
     # the models' validation losses come from their meta.json, not a table: inferlab.review.metrics.model_rows
@@ -34,6 +34,9 @@ SPEC = Spec(
         "val_loss": "val loss (nats)", "tokens_seen": "tokens seen", "tokens_per_s": "tokens/s",
         "weights_sha256": "weights sha256", "train_seconds": "train s", "sigmas": "σ away",
     },
-    figures={"training_curves": Figure("Training: loss curves of the three models", "Setup")},
+    figures={"training_curves": Figure(
+        "Training: loss curves of the three models", "Setup",
+        caption="Training loss (lines) and sampled validation loss (dots) of each model against tokens seen.",
+        draw="inferlab.report.figures:training_curves")},
     exports=(Export("precomputed", "noise_floor", "noise_floor"),),
 )

@@ -40,8 +40,8 @@ rule kvcache_timing:
     resources:
         gpu=KV_GPUS,
         mem_mb=2000,
-        # minutes; the uncached work grows with length², ~1 min for 256 tokens × 7 runs per mode
-        # per engine
+        # minutes, per engine: a fixed part plus the runs (reps + warm-up, both modes), whose uncached
+        # work grows with length²; generous, since a cluster kills a job that outruns its request
         runtime=lambda w: len(config["engine"]) * (
             4 + int((KV["reps"] + KV["warmup"]) * 2 * (int(w.length) / 256) ** 2 * 6)),
     conda:

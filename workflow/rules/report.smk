@@ -3,7 +3,7 @@
 # rules their specs name (inferlab/<experiment>/spec.py); a table the rule does not pass shows
 # as "missing", and one it passes that cannot be read fails the job with the rule to rerun.
 
-from inferlab.experiments import FIGURES, REFERENCE_TABLES, RULE_TABLES
+from inferlab.experiments import REFERENCE_TABLES, RULE_TABLES, figure_captions, figure_category
 
 # Measured outside the DAG, on a quiet machine, and committed: Experiment 1 quotes it with its own
 # machine stamp; the report runs without it.
@@ -28,14 +28,16 @@ rule report:
         inference_json="reports/c13-inference.json",
         precomputed_json="reports/precomputed.json",
         workbench=report("reports/sampling-workbench.html", caption="../report/workbench.rst", category="Report"),
-        metrics="results/metrics.parquet",   # headline numbers with their noise: what inferlab.review.diff compares
+        metrics="results/metrics.parquet",   # headline numbers with their noise: what python -m inferlab.report.changes compares
         bundle="reports/c13-bundle.zip",   # the reviewer bundle; verify with sha256sum -c MANIFEST.sha256
         bundle_sha256="reports/c13-bundle.zip.sha256",   # the bundle's own sha256, to publish beside it
-        figures=[report(f"reports/figures/{stem}.png", caption=f"../report/fig_{stem}.rst", category=fig.category)
-                 for stem, fig in FIGURES.items()],
+        # every figure the specs declare, as <stem>.png; --report files and captions each by its stem
+        figures=report(directory("reports/figures"), patterns=["{stem}.png"], caption="../report/figure.rst",
+                       category=figure_category),
     params:
         code_sha256=code_hash("report_build"),
         models=MODELS,
+        figure_captions=figure_captions(),   # read by ../report/figure.rst, the caption of every figure
         target=TARGET,
         producers={key: table.rule for key, table in RULE_TABLES.items()},
         engine_bench_command=ENGINE_BENCH_COMMAND,
@@ -51,7 +53,7 @@ rule report:
         benchmark_dir="results/benchmarks",
         # the ledger is appended to, never declared: Snakemake deletes outputs before a rerun
         history="results/history",
-        reference="reports/reference/metrics.parquet",   # pinned in git: python -m inferlab.review.diff --pin
+        reference="reports/reference/metrics.parquet",   # pinned in git: python -m inferlab.report.changes --pin
     log:
         "logs/report.log",
     benchmark:

@@ -10,8 +10,9 @@ SPEC_GROUPS = [f"{draft}_k{k}" for draft in SPEC["drafts"] for k in SPEC["ks"]]
 # The prompts, seeds and sampling settings shared by the groups.
 SPEC_DECODE_PARAMS = {key: SPEC[key] for key in ("prompts", "seeds", "new_tokens", "temperature", "top_p",
                                                    "timing_reps")} | {"engines": config["engine"]}
-# Runtime request: about 1 s per 100 decoded tokens on a 2-core CPU, with a wide margin; every
-# prompt x seed decodes twice (speculative and target-only). Per engine.
+# Runtime request (minutes, per engine): each prompt decodes seeds x reps times plus two untimed
+# passes, each twice (speculative and target-only), budgeted at 2,000 decoded tokens a minute, slow
+# enough that a small CPU finishes inside it (a cluster kills a job that outruns its request).
 SPEC_MINUTES = len(config["engine"]) * max(5, 2 * len(SPEC["prompts"]) * (len(SPEC["seeds"]) * SPEC["timing_reps"] + 2)
                                            * SPEC["new_tokens"] // 2000 + 3)
 

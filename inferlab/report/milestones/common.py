@@ -41,8 +41,21 @@ class Target:
 @dataclass
 class Timing:
     """The caveats of a milestone's timings."""
-    contended: bool = False
+    contended: bool = False  # every timed row was measured while other work loaded the machine
     nodes: list[str] = field(default_factory=list)  # more than one: not comparable
+    partly_contended: str = ""  # "3 of 24 timed rows": only the rows of the jobs that were contended
+
+
+@dataclass
+class Stale:
+    """Why a milestone's numbers must be rebuilt (opening.mark_stale): its stale inputs, each with the lineage
+    check's reason, and what the checks said before staleness overrode them."""
+    reasons: dict[str, str]  # input key -> why it is stale
+    checked: str
+
+    @property
+    def inputs(self) -> list[str]:
+        return list(self.reasons)
 
 
 @dataclass
@@ -54,7 +67,7 @@ class Milestone:
     stamps: dict = field(default_factory=dict)
     missing_inputs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why a "fail" failed
-    stale: dict = field(default_factory=dict)  # opening.mark_stale: {"inputs", "why", "checked"}
+    stale: Stale | None = None
 
     @property
     def name(self) -> str:
@@ -112,16 +125,21 @@ def _nodes_of(value, found: set[str]) -> None:
 
 
 def timing(data: ReportInputs, stamps: dict, milestone: str) -> Timing:
-    """The caveats of the milestone's timed tables: contended when a table's column or provenance flags it,
-    and every node their provenance's machine stamps name (the main stamp and per-job ones). Also marks
-    stamps["contended"] and stamps["nodes"]."""
-    contended, nodes = False, set()
+    """The caveats of the milestone's timed tables: which rows were contended (each row carries its own job's
+    flag; a table without the column counts as one row, flagged by its provenance), and every node their
+    provenance's machine stamps name (the main stamp and per-job ones). Marks stamps["contended"] only when
+    every timed row was, and stamps["nodes"]."""
+    flags, nodes = [], set()
     for key in [table.key for table in MILESTONES[milestone].tables if table.timed]:
-        df, provenance = data.table(key), data.provenance.get(key, {})
-        contended |= bool(provenance.get("contended", False)) or (
-            df is not None and "contended" in df.columns and bool(df["contended"].fillna(False).astype(bool).any()))
+        df, provenance = data.view(key), data.provenance.get(key, {})
+        if df is not None and "contended" in df.columns:
+            flags += df["contended"].fillna(False).astype(bool).tolist()
+        elif df is not None or provenance:
+            flags.append(bool(provenance.get("contended", False)))
         _nodes_of(provenance, nodes)
-    caveat = Timing(contended, sorted(nodes))
+    everywhere = bool(flags) and all(flags)
+    partly = f"{sum(flags)} of {len(flags)} timed rows" if any(flags) and not everywhere else ""
+    caveat = Timing(everywhere, sorted(nodes), partly)
     if caveat.contended:
         stamps["contended"] = True
     if len(caveat.nodes) > 1:

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferlab.experiments import TABLES
 from inferlab.report.inputs import ReportInputs
 from inferlab.report.milestones.common import (
     ENGINE_ORDER,
@@ -80,21 +79,20 @@ def _row_at(df: pd.DataFrame, length: int) -> pd.Series | None:
     return df[df["length"] == length].iloc[0] if (df["length"] == length).any() else df.iloc[-1]
 
 
-def kv_engine(data: ReportInputs, engine: str) -> KvEngine:
-    """One engine's evidence: the ratio at the longest length, the fit and the roofline."""
-    summary = engine_rows(data.table("kv_summary"), engine)
-    ratios = kv_ratio_by_length(summary)
+def kv_engine(summary: pd.DataFrame, fit: pd.DataFrame, roofline: pd.DataFrame | None, engine: str) -> KvEngine:
+    """One engine's evidence: the ratio at the longest length, the fit and the roofline (None: not measured)."""
+    rows = engine_rows(summary, engine)
+    ratios = kv_ratio_by_length(rows)
     longest = ratios.loc[ratios["length"].idxmax()]
     length = int(longest["length"])
-    cached = summary[(summary["mode"] == "cache") & (summary["length"] == length)]["ms_per_token_median"]
-    ev = KvEngine(engine_label(data.table("kv_summary"), engine),
+    cached = rows[(rows["mode"] == "cache") & (rows["length"] == length)]["ms_per_token_median"]
+    ev = KvEngine(engine_label(summary, engine),
                   {int(r.length): float(r.ratio) for r in ratios.itertuples()}, float(longest["ratio"]),
                   _num(cached.iloc[0]) if len(cached) else None)
-    fit = _row_at(engine_rows(data.table("kv_fit"), engine), length)
-    if fit is not None:
-        for name in TABLES["kv_fit"].reads[1:]:
-            setattr(ev, name, _num(fit[name]))
-    roofline = data.table("roofline")
+    at_length = _row_at(engine_rows(fit, engine), length)
+    if at_length is not None:
+        for name in ("flop_estimate_ratio", "a_ms", "predicted_ratio"):  # KvEngine's fields of the same names
+            setattr(ev, name, _num(at_length[name]))
     if roofline is not None:
         ours = roofline[(roofline["subject"] == "ours") & (roofline["engine"] == engine)]
         ev.roofline_bound_ms = _num(ours["lower_bound_ms_per_token"].iloc[0]) if len(ours) else None
@@ -136,13 +134,9 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M1", stamps)
     if absent is not None:
         return absent
-    data.require("kv_summary")
-    timings = data.require("kv_timings")
-    data.require("kv_fit")
-    data.require("kv_profile")
-    if data.has("roofline"):
-        data.require("roofline")
-    engines = {e: kv_engine(data, e) for e in engines_in(data.table("kv_summary"))}
+    summary, timings, fit = data.require("kv_summary"), data.require("kv_timings"), data.require("kv_fit")
+    roofline = data.view("roofline")
+    engines = {e: kv_engine(summary, fit, roofline, e) for e in engines_in(summary)}
     same = timings["same_output"].astype(bool)
     seed = data.seed_reference.get("kvcache", {})
     ev = KvEvidence(engines, max(next(iter(engines.values())).ratio_by_length), int(seed.get("max_length", 256)),

@@ -60,14 +60,18 @@ class SamplingEvidence:
 def cell_table(data: ReportInputs, seed: dict) -> pd.DataFrame:
     """One row per cell (human and greedy first, then closest to human text): distribution, repetition,
     distance to human text, and the seed page's kept count on its own cell."""
-    table = wide_summary(data.table("sp_repetition")).reset_index()
-    dist = data.table("sp_distribution")
+    return _cell_table(data.table("sp_repetition"), data.table("sp_distribution"), data.table("sp_distance"), seed)
+
+
+def _cell_table(rep: pd.DataFrame, dist: pd.DataFrame | None, distances: pd.DataFrame | None,
+                seed: dict) -> pd.DataFrame:
+    """cell_table from the given tables: the section's whole ones, or the milestone's views of them."""
+    table = wide_summary(rep).reset_index()
     if dist is not None:  # outer: a cell with a distribution but no repetition run still shows
         table = table.merge(dist[["cell", "truncation", "temperature", "top_p", "min_p", "entropy_nats", "kept"]],
                             on="cell", how="outer", suffixes=("", "_dist"))
         for col in ("truncation", "temperature", "top_p", "min_p"):
             table[col] = table[col].fillna(table.pop(f"{col}_dist"))
-    distances = data.table("sp_distance")
     if distances is not None:
         table = table.merge(distances[["cell", "distance"]], on="cell", how="left")
     ref = seed.get("sampling", {}).get("reference_cell", {})
@@ -139,17 +143,15 @@ def check_m2(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
     absent = missing_milestone(data, "M2", stamps)
     if absent is not None:
         return absent
-    rep = data.require("sp_repetition")
-    default = data.require("sp_default")
-    dist = data.require("sp_distribution").set_index("cell")
+    rep, default, dist = data.require("sp_repetition"), data.require("sp_default"), data.require("sp_distribution")
     expected = set(sampling_cells(data.config["sampling"])) if "sampling" in data.config else set()
     present = set(rep["cell"].astype(str))
     seed = data.seed_reference
     ev = SamplingEvidence(len(expected), len(expected & present), sorted(expected - present), GREEDY in present,
                           HUMAN in present, seed_cell=dict(seed.get("sampling", {}).get("reference_cell", {})))
-    _table_facts(ev, cell_table(data, seed))
+    _table_facts(ev, _cell_table(rep, dist, data.view("sp_distance"), seed))
     if len(default):
-        _default_facts(ev, default.iloc[0], dist)
+        _default_facts(ev, default.iloc[0], dist.set_index("cell"))
     stated = ev.chosen is not None and bool(ev.rule)
     ev.targets = [
         Target("grid cells in the repetition table", ev.cells_present, ev.cells_expected, not ev.cells_absent,
