@@ -457,7 +457,7 @@ def test_a_config_edit_and_a_code_edit_between_two_runs_are_each_named_in_the_di
                                                         regex=False).all(), anchor["cause"].tolist()
     moved = d[d["deterministic_differs"]]
     assert set(moved["cause_kind"]) <= {"config", "code", "input"}, moved[["metric", "key", "cause"]].to_string()
-    assert "### config: noise_floor.sigmas" in shown.stdout and "### code: roofline:" in shown.stdout
+    assert "<summary>config: noise_floor.sigmas" in shown.stdout and "<summary>code: roofline:" in shown.stdout
 
 
 # ----------------------------------------------------------------------- reproducing a published run
