@@ -152,6 +152,17 @@ def test_metrics_table_covers_every_experiment_with_its_noise_kind():
     assert (table["machine_cpu_model"] == "CPU A").all() and (table["model"] == "ref_baseline").all()
 
 
+def test_each_metric_row_records_its_engine_beside_its_key():
+    spec = speculative_summary.summarise(*speculative_tables(0), {"small": 1000, "target": 10000}, "target")
+    table = metrics_table({"spec_summary": spec.assign(engine="compiled"), "quant_summary": quant_summary()}, None,
+                          {"model": "ref_baseline", "machine": MACHINE_A})
+    rows = table[table.experiment == "speculative"]
+    assert len(rows) and (rows["engine"] == "compiled").all()
+    assert (rows["key"] == rows["base_key"] + " [compiled]").all()
+    quant = table[table.experiment == "quant"]
+    assert quant["engine"].isna().all() and (quant["key"] == quant["base_key"]).all()
+
+
 def test_the_uncached_fit_enters_the_metrics_once_per_engine_and_its_ratio_once_per_length():
     """fit_table repeats an engine's fit (a, b) on every length's row; the metrics hold it once."""
     fit = pd.DataFrame([{"engine": engine, "length": length, "a_ms": a, "b_ms_per_position": 0.04,

@@ -213,3 +213,15 @@ def test_the_cpu_model_check_can_fail(tmp_path):
     module = tmp_path / "m.py"
     module.write_text('"""Measured on a 2-core EPYC."""\nX = 1  # faster on the Xeon\n', encoding="utf-8")
     assert [CPU_MODEL.search(text).group(0) for _, text in _comments_and_docstrings(module)] == ["Xeon", "EPYC"]
+
+
+def test_a_reference_that_records_each_rows_engine_gives_the_same_table():
+    """New metrics tables carry `engine` and `base_key`, so the table is read, not parsed back from keys; the
+    reference pinned before them takes the old path and must give the very same block."""
+    table = pd.read_parquet(readme_results.REFERENCE)
+    provenance, seed = read_provenance(readme_results.REFERENCE), json.loads(readme_results.SEED.read_text())
+    assert "engine" not in table.columns  # pinned before the columns existed: the fallback is still needed
+    parts = table["key"].str.extract(readme_results.ENGINE_KEY)
+    recorded = table.assign(engine=parts["engine"], base_key=parts["what"].fillna(table["key"]))
+    assert readme_results.results_block(recorded, provenance, seed) == readme_results.results_block(
+        table, provenance, seed)

@@ -93,10 +93,13 @@ class Metrics:
         return str(self.row(experiment, metric, key)["text_value"])
 
     def per_engine(self, experiment: str, metric: str) -> dict[str, pd.DataFrame]:
-        """{engine: rows}, each row's key without its ' [engine]' suffix (column `what`), in table order."""
+        """{engine: rows}, each row's key without its engine (column `what`), in table order."""
         rows = self.rows(experiment, metric).copy()
-        parts = rows["key"].str.extract(ENGINE_KEY)
-        rows["what"], rows["engine"] = parts["what"], parts["engine"]
+        if "engine" in rows.columns:
+            rows["what"] = rows["base_key"]
+        else:  # a table pinned before the metrics recorded their engine: its keys are "<key> [<engine>]"
+            parts = rows["key"].str.extract(ENGINE_KEY)
+            rows["what"], rows["engine"] = parts["what"], parts["engine"]
         rows = rows.dropna(subset=["engine"])
         return {engine: rows[rows["engine"] == engine] for engine in dict.fromkeys(rows["engine"])}
 
@@ -171,7 +174,8 @@ def rows_of(m: Metrics, provenance: dict, seed: dict) -> list[tuple[str, str, st
     target = str(m.table["model"].iloc[0])
     floor = m.value("models", "noise_floor", "floor")
     runs = m.rows("models", "val_loss")
-    noise_runs = int(runs["key"].str.fullmatch(rf"{re.escape(target)}(_seed\d+)?").sum())
+    # the floor's reruns, and the target itself: its base run (metrics.model_rows)
+    noise_runs = int((runs["source"] == "noise_floor").sum()) + int((runs["key"] == target).any())
     sigmas = ((provenance.get("causes") or {}).get("config") or {}).get("noise_floor", {}).get("sigmas")
     floor_how = f"{float(sigmas):g}σ over {noise_runs} runs" if sigmas else f"{noise_runs} runs"
     ratio = m.per_engine("kvcache", "speed_ratio")

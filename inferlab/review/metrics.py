@@ -26,8 +26,10 @@ from inferlab.spec import BOOTSTRAP_CI, EXACT, NOISE_FLOOR, REP_RANGE, Metric, S
 ID_COLUMNS = ["experiment", "metric", "key"]
 # `source`: the report input the row was read from (a table key, "models/<name>", "milestones/<id>"),
 # where the diff starts its walk for the row's cause.
+# `engine` and `base_key`: the engine a row ran on and its key without the " [engine]" suffix, so that nothing
+# reads the key back apart.
 COLUMNS = [*ID_COLUMNS, "value", "text_value", "unit", "low", "high", "noise_kind", "timing", "higher_is_better",
-           "source"]
+           "source", "engine", "base_key"]
 # Flat stamp columns; a stamp the caller does not know stays empty.
 STAMP_COLUMNS = ["model", "checkpoint_sha256", "machine_cpu_model", "machine_device", "machine_device_name",
                  "machine_node", "machine_fingerprint", "repeats", "baseline", "contended"]
@@ -114,7 +116,7 @@ def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[
             if metric.skip_missing:
                 continue
             raise
-        key = metric.key.format(**record)
+        key = base_key = metric.key.format(**record)
         engine = record.get("engine")
         if not missing(engine):
             key, text = (f"{key} [{engine}]", text) if metric.by_engine else (key, text and f"{text} [{engine}]")
@@ -127,6 +129,7 @@ def metric_rows(spec: Spec, metric: Metric, table: pd.DataFrame | None) -> list[
                    **_bounds(metric, record, value), timing=metric.timing, text_value=text,
                    higher_is_better=direction.get(name) if isinstance(direction, Mapping) else direction,
                    source=metric.table)
+        row.update(engine=None if missing(engine) else str(engine), base_key=base_key)
         if metric.timing and not missing(record.get("contended")):  # the flag of the job that measured this row
             row["contended"] = bool(record["contended"])
         rows.append(row)
@@ -207,6 +210,7 @@ def metrics_table(tables: dict[str, pd.DataFrame | None], milestones: pd.DataFra
         raise ValueError(f"metrics table has duplicate keys: {table.loc[duplicated, ID_COLUMNS].values.tolist()}")
     table["higher_is_better"] = table["higher_is_better"].astype("boolean")
     table["contended"] = table["contended"].astype("boolean")
-    for column in ("text_value", "source", "model", "checkpoint_sha256", "repeats", "baseline", *MACHINE_COLUMNS):
+    for column in ("text_value", "source", "engine", "base_key", "model", "checkpoint_sha256", "repeats", "baseline",
+                   *MACHINE_COLUMNS):
         table[column] = table[column].astype("string")
     return table
