@@ -11,6 +11,7 @@ import yaml
 from inferlab.core.config import GPTConfig
 from inferlab.core.evaluation import evaluate_against_reference
 from inferlab.core.model import GPT
+from inferlab.core.packages import UNAVAILABLE
 from inferlab.quant import bench as quant_bench
 from inferlab.quant import choice as quant_choice
 from inferlab.quant import kernels as quant_kernels
@@ -301,6 +302,15 @@ def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path
     row = quant_bench.run_scheme(model, scheme, ids, ids, 16, prompt, new_tokens=4, reps=1,
                                  engines=("eager", "compiled"), graph_dirs=dirs)
     assert row["engine_used_compiled"] == "compiled" and row["ms_per_token_compiled"] > 0
+    assert row["engine_fallback_reason_compiled"] == ""
+    # a compile rule that could not compile: the row ran eager and says why, as every timing table does
+    unavailable = tmp_path / "unavailable"
+    unavailable.mkdir()
+    (unavailable / UNAVAILABLE).write_text("no working C++ toolchain: InductorError: InvalidCxxCompiler\n")
+    eager = quant_bench.run_scheme(model, scheme, ids, ids, 16, prompt, new_tokens=4, reps=1, engines=("compiled",),
+                                   graph_dirs=(unavailable,))
+    assert eager["engine_used_compiled"] == "eager"
+    assert eager["engine_fallback_reason_compiled"].startswith("no working C++ toolchain")
     with pytest.raises(PackageError, match="no package"):  # without the kernel model's: refused, not built
         quant_bench.run_scheme(model, scheme, ids, ids, 16, prompt, new_tokens=4, reps=1, engines=("compiled",),
                                graph_dirs=dirs[:1])

@@ -249,6 +249,15 @@ def newer_code(m: Metrics, record: dict, root: Path) -> dict[str, dict[str, str]
     return marked
 
 
+def what_changed(changed: dict[str, str], named: int = 2) -> str:
+    """{rule: what changed in it} as one clause per change, naming its rules when they are few."""
+    by_change: dict[str, list[str]] = {}
+    for rule, why in changed.items():
+        by_change.setdefault(why.replace("its script changed", "the script changed"), []).append(rule)
+    return "; ".join(f"{why} in {', '.join(rules)}" if len(rules) <= named else f"{why} in {len(rules)} rules"
+                     for why, rules in sorted(by_change.items()))
+
+
 def results_block(table: pd.DataFrame, provenance: dict, seed: dict, root: Path = ROOT) -> str:
     """The README's block, markers included; a figure whose rules' code changed since the reference is marked."""
     m = Metrics(table)
@@ -256,9 +265,8 @@ def results_block(table: pd.DataFrame, provenance: dict, seed: dict, root: Path 
     rows = [(label, what, f"{ours} {NEWER}" if marked.get(label) else ours, theirs)
             for label, what, ours, theirs in rows_of(m, provenance, seed)]
     changed = {rule: why for rules in marked.values() for rule, why in rules.items()}
-    footnote = ["", f"{NEWER} Newer code than the reference: "
-                + "; ".join(f"{rule} ({why})" for rule, why in changed.items())
-                + ". Rerun and re-pin (`tools/readme_results.py --pin`) to refresh these figures."] if changed else []
+    footnote = ["", f"{NEWER} Newer code than the reference: {what_changed(changed)}. Rerun and re-pin "
+                "(`tools/readme_results.py --pin`) to refresh these figures."] if changed else []
     statuses = m.rows("milestones", "status").sort_values("key")
     status = ", ".join(f"{r.key} {r.text_value}" for r in statuses.itertuples())
     lines = [

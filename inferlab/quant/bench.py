@@ -77,7 +77,8 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
                                                progress_file=progress_file)
     status, measurable = speed_status(scheme, device)
     speed = {f"{column}{engine_suffix(name)}": math.nan for name in engines for column in SPEED_COLUMNS}
-    speed |= {f"engine_used{engine_suffix(name)}": "" for name in engines}
+    speed |= {f"{column}{engine_suffix(name)}": "" for name in engines
+              for column in ("engine_used", "engine_fallback_reason")}
     speed["kernel_max_rel_err"] = math.nan
     if measurable:
         fast = quant_kernels.kernel_model(quantised, result, scheme_name)
@@ -86,6 +87,8 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
             measured = measure_decode_speed(reference, fast, prompt, new_tokens, reps, engine)
             speed |= {f"{column}{engine_suffix(name)}": measured[column] for column in SPEED_COLUMNS}
             speed[f"engine_used{engine_suffix(name)}"] = engine.engine_used
+            # why a compiled row ran eager (its compile rule's unavailable.txt), as every other timing table says
+            speed[f"engine_fallback_reason{engine_suffix(name)}"] = engine.engine_fallback_reason or ""
         speed["kernel_max_rel_err"] = quant_kernels.kernel_max_rel_error(quantised, fast)
     return {
         "scheme": scheme.name, "method": scheme.method, "bits": scheme.bits,
