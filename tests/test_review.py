@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from inferlab import experiments
+from inferlab import experiments, png
 from inferlab.experiments import display_name
 from inferlab.jobs.lineage import file_sha256
 from inferlab.quant import choice as quant_choice
@@ -53,6 +53,7 @@ def _figures_built_not_rasterised(monkeypatch, _blank_png):
         plt.close(fig)
         return _blank_png
     monkeypatch.setattr(figures, "to_png", unrasterised)
+    monkeypatch.setattr(png, "to_png", unrasterised)  # the changes overlay, which the review draws
 
 
 def _review_paths(tmp: Path):

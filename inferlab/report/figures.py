@@ -1,35 +1,23 @@
 """The report's matplotlib figures. Each drawing takes the report's inputs and returns PNG bytes; missing data ->
 a placeholder. A spec's `Figure(draw="inferlab.report.figures:<function>")` names the drawing of each figure.
 
-The PNGs carry no 'Software' text chunk, so no URL ends up in the files either.
+PNG writing (and matplotlib's backend) is inferlab.png's, shared with the review's changes figure.
 """
 
 from __future__ import annotations
 
-import io
+import numpy as np
+import pandas as pd
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from inferlab.experiments import FIGURES  # noqa: E402
-from inferlab.quant.spec import SEED_SCHEMES  # noqa: E402
-from inferlab.report.inputs import ReportInputs  # noqa: E402
-from inferlab.report.milestones.kvcache import kv_ratio_by_length  # noqa: E402
-from inferlab.review.numbers import fmt  # noqa: E402
-from inferlab.sampling.grid import GREEDY as GREEDY_CELL  # noqa: E402
-from inferlab.sampling.grid import HUMAN as HUMAN_CELL  # noqa: E402
-from inferlab.sampling.summary_table import wide_summary  # noqa: E402
-
-
-def to_png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+from inferlab.experiments import FIGURES
+from inferlab.png import plt, to_png
+from inferlab.quant.spec import SEED_SCHEMES
+from inferlab.report.inputs import ReportInputs
+from inferlab.report.milestones.kvcache import kv_ratio_by_length
+from inferlab.review.numbers import fmt
+from inferlab.sampling.grid import GREEDY as GREEDY_CELL
+from inferlab.sampling.grid import HUMAN as HUMAN_CELL
+from inferlab.sampling.summary_table import wide_summary
 
 
 def placeholder(title: str, why: str) -> bytes:

@@ -28,9 +28,8 @@ def _overlay(ax, old: pd.DataFrame, new: pd.DataFrame, experiment: str, metric: 
 
 def diff_figure(old: pd.DataFrame, new: pd.DataFrame) -> bytes:
     """PNG: one panel per spec overlay, old vs new with their noise (rep ranges, ± the floor)."""
-    # imported when drawing, not with the module: the diff's tables and text need no matplotlib. The report's
-    # pyplot (Agg) and PNG settings, as for every other figure.
-    from inferlab.report.figures import plt, to_png
+    # imported when drawing, not with the module: the diff's tables and text need no matplotlib
+    from inferlab.png import plt, to_png
 
     fig, axes = plt.subplots(1, len(OVERLAYS), figsize=(5.5 * len(OVERLAYS), 4), squeeze=False)
     for ax, (experiment, metric, title) in zip(axes[0], OVERLAYS, strict=True):
