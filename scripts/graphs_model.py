@@ -13,6 +13,7 @@ from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import load_vocabulary
 from inferlab.jobs.job_start import start_job
 from inferlab.jobs.lineage import job_lineage
+from inferlab.jobs.machine import resolve_device
 from inferlab.kvcache.bench import build_kvcache_graphs
 from inferlab.speculative.forwards import build_forward_graphs, encode_prompts
 
@@ -21,6 +22,9 @@ p = smk.params
 lineage = job_lineage(smk.rule, smk.params.items(), smk.input)
 log = start_job(smk.log[0], smk.threads, lineage=lineage)
 vocab = load_vocabulary(smk.input.vocab)
+# Experiment 1's graphs on the device its timing jobs run on (a package is built for one device, and the
+# engine refuses it on another); the speculative groups' run on the CPU
+kv_device = resolve_device(p.kvcache["device"]) if p.kvcache else "cpu"
 model, _ = load_checkpoint(Path(smk.input.meta).parent, expected_vocab_sha256=vocab.sha256())
 directory = Path(smk.output.packages)
 engine = CompiledEngine(build_dir=directory, threads=p.timing_threads)
@@ -28,8 +32,10 @@ engine = CompiledEngine(build_dir=directory, threads=p.timing_threads)
 
 def build():
     if p.kvcache:
-        prompt, _ = encode_prompt(vocab, p.kvcache["prompt"])
-        build_kvcache_graphs(model, prompt, max(p.kvcache["lengths"]), p.kvcache["step_points"], "cpu", engine)
+        prompt, _ = encode_prompt(vocab, p.kvcache["prompt"], kv_device)
+        build_kvcache_graphs(model.to(kv_device), prompt, max(p.kvcache["lengths"]), p.kvcache["step_points"],
+                             kv_device, engine)
+        model.to("cpu")
     build_forward_graphs(model, encode_prompts(vocab, p.prompts), p.new_tokens, tuple(p.token_counts), engine)
 
 

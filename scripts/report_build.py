@@ -19,8 +19,8 @@ metas = dict(zip(smk.params.models, smk.input.metas, strict=True))
 curves = dict(zip(smk.params.models, smk.input.curves, strict=True))
 data = load_inputs(tables, smk.params.producers, metas, curves, smk.input.seed_reference, smk.params.settings,
                    smk.params.target)
-if "engine_bench" in smk.input.keys():
-    add_reference_table(data, "engine_bench", smk.input.engine_bench, smk.params.engine_bench_command)
+for key in smk.params.reference_tables:
+    add_reference_table(data, key, smk.input[key], smk.params.reference_command)
 machine = machine_stamp("cpu")
 run = run_information(smk.params.config, smk.params.benchmark_dir,
                       [*tables.values(), *smk.input.metas, *smk.input.curves], machine)

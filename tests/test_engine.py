@@ -11,8 +11,11 @@ perturbed copy, close enough to accept often and far enough to reject.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -20,12 +23,12 @@ import pytest
 import torch
 
 from inferlab.core import static_forward as forward_module
-from inferlab.core.engine import PACKAGE_CALL, EagerEngine, make_engine, model_label
-from inferlab.core.engine_rows import by_engine
+from inferlab.core.engine import PACKAGE_CALL, EagerEngine, WeightsChanged, make_engine, model_label
+from inferlab.core.engine_rows import by_engine, engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.generated_code import count_kernels
 from inferlab.core.model import GPT
-from inferlab.core.packages import UNAVAILABLE, WRITTEN_FOR_TORCH, PackageError, generated_sources
+from inferlab.core.packages import UNAVAILABLE, WRITTEN_FOR_TORCH, PackageError, generated_sources, weights_digest
 from inferlab.core.static_forward import context_bucket, static_forward
 from inferlab.core.timing import timed_calls_ms
 from inferlab.jobs.contention import contention_stamp, is_contended, load_snapshot, rep_spread
@@ -98,7 +101,6 @@ def test_compiled_forward_equals_eager_near_both_ends_and_after_a_rewrite(compil
     (One layer: each graph's C++ GEMM kernels take seconds to compile, and a second layer would
     test nothing new.)"""
     target = one_layer
-    compiled.want_token_counts(rows)
     S = target.config.max_seq_len
     starts = _starts(where, rows, S)
     gen = torch.Generator().manual_seed(rows)
@@ -170,7 +172,6 @@ def test_fused_round_is_exact_greedy_and_one_graph(compiled, pair):
     assert kernels[rounds[0]]["kernel_launches"] > 0 and kernels[rounds[0]]["cpp_gemm_template"] > 0
     # at k = 2 the draft's forwards go through the template too (fused.draft_gemv_max_rows): the round has
     # more template GEMMs than the target's 3-row verification alone (the forward test's graph, loaded here)
-    compiled.want_token_counts(3)
     with torch.no_grad():
         compiled.open(target).forward(torch.tensor([[3, 1, 4]]), 0)
     bucket = context_bucket(3, target.config.max_seq_len)
@@ -238,12 +239,13 @@ def test_fused_round_emits_the_targets_joint_distribution(compiled, pair):
     assert stat < chi_square_limit(df), (stat, df)
 
 
-def _step_package(engine, model) -> Path:
+def _step_package(engine, model) -> Path | None:
     """Runs a one-token step of model at position 0 and returns the file of the package that ran it."""
     with torch.no_grad():
         engine.open(model).forward(torch.tensor([[1]]), 0)
     bucket = context_bucket(1, model.config.max_seq_len)
-    return next((engine.build_dir or engine.graph_dirs[0]).glob(f"{model_label(model)}_T1_B1_S{bucket}-*.pt2"))
+    name = f"{model_label(model)}_T1_B1_S{bucket}-{weights_digest(model)[:8]}-*.pt2"
+    return next((engine.build_dir or engine.graph_dirs[0]).glob(name), None)
 
 
 @pytest.mark.parametrize("other", ["another checkpoint", "another rope_base"])
@@ -268,10 +270,27 @@ def test_a_package_built_from_other_weights_is_refused_naming_both(compiled, one
 
 
 def _name_looked_for(engine, model) -> str:
-    """The package file name the engine's refused call asked for (from its error's message)."""
-    with pytest.raises(PackageError, match="no package") as missing:
+    """The package file name a load-only engine looked for and did not find (its warning names it): the
+    step then ran eagerly, counted."""
+    with _warnings() as records:
         _step_package(engine, model)
-    return str(missing.value).split("no package ")[1].split(" in ")[0]
+    assert engine.eager_calls == 1
+    message = next(r.getMessage() for r in records if "no package" in r.getMessage())
+    return message.split("no package ")[1].split(" in ")[0]
+
+
+@contextmanager
+def _warnings():
+    """The engine's log records while the block runs."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    engine_log = logging.getLogger("inferlab.core.engine")
+    engine_log.addHandler(handler)
+    try:
+        yield records
+    finally:
+        engine_log.removeHandler(handler)
 
 
 def test_a_truncated_package_is_refused_with_a_message(compiled, one_layer, tmp_path):
@@ -286,8 +305,6 @@ def test_packages_are_blocked_for_the_thread_count_they_are_built_for(one_layer)
     """The C++ loops of a package run on the thread count it was compiled for (inductor's cpp.threads),
     whatever the building process runs with: a compile job on one core builds for the timing jobs'."""
     engine = make_engine("compiled", threads=3)
-    with torch.no_grad():
-        engine.open(one_layer).forward(torch.tensor([[1, 2, 3]]), 0)  # a prompt: eager, builds nothing
     path = _step_package(engine, one_layer)
     sources = "\n".join(generated_sources(path))
     assert "num_threads(3)" in sources and "num_threads(2)" not in sources
@@ -334,8 +351,9 @@ def test_uncached_steps_share_one_package_for_every_length(compiled, one_layer):
 
 
 
-@pytest.mark.parametrize("change", ["edited in place", "replaced"])
-def test_weights_changed_after_freezing_are_refused(compiled, change):
+@pytest.mark.parametrize("change", ["edited in place", "replaced", "a buffer edited (a RoPE table)"])
+def test_weights_changed_after_freezing_are_refused(change):
+    compiled = make_engine("compiled", threads=1)  # its own: a refused model stays refused in its engine
     model = tiny_gpt(32, 4)
     session = compiled.open(model)
     session.forward(torch.tensor([[1]]), 0)
@@ -343,14 +361,82 @@ def test_weights_changed_after_freezing_are_refused(compiled, change):
     with torch.no_grad():
         if change == "replaced":
             mlp.up.weight = torch.nn.Parameter(mlp.up.weight + 0.1)
-        else:
+        elif change == "edited in place":
             mlp.up.weight.add_(0.1)
-    # the next decode opens a session of it, or looks up a package for it: both refuse
-    with pytest.raises(RuntimeError, match="weights changed after the compiled engine froze them"):
+        else:
+            next(buffer for name, buffer in model.named_buffers() if "cache" not in name).mul_(0.5)
+    # the next decode opens a session of it, or binds a call of it: both refuse
+    with pytest.raises(WeightsChanged, match="changed after the compiled engine froze"):
         compiled.open(model)
-    with pytest.raises(RuntimeError, match="weights changed after the compiled engine froze them"):
-        compiled.package_for(static_forward, (model,), "step", torch.tensor([[2]]), torch.tensor([1]),
-                             session.k_caches, session.v_caches, 0, 4)
+    with pytest.raises(WeightsChanged, match="changed after the compiled engine froze"):
+        compiled.bind(static_forward, (model,), "step", torch.tensor([[2]]), torch.tensor([1]),
+                      session.k_caches, session.v_caches, 0, 4)
+
+
+def test_an_edit_through_data_is_refused_by_content_before_any_row_takes_the_engine():
+    """.data moves no version counter: the content check (at a package's first lookup, and before a
+    table's rows are stamped with their engine) refuses it."""
+    compiled = make_engine("compiled", threads=1)
+    model = tiny_gpt(32, 4)
+    compiled.open(model).forward(torch.tensor([[1]]), 0)
+    compiled.open(model)  # unchanged: no refusal
+    model.blocks[0].mlp.up.weight.data.add_(0.1)
+    with pytest.raises(WeightsChanged, match="content changed"):
+        engine_columns(compiled)
+    with pytest.raises(WeightsChanged, match="content changed"):
+        compiled.open(model).forward(torch.tensor([[1, 2]]), 0)  # a new package's first lookup
+
+
+def _copy_with_identity(path: Path, directory: Path, **call) -> None:
+    """The package at path and its record into directory, under another file name, its recorded call
+    changed as given: a package built for something else."""
+    record = json.loads(path.with_suffix(".json").read_text())
+    record["identity"]["call"] |= call
+    stem = path.stem.rsplit("-", 1)[0] + "-0000000000"
+    shutil.copy(path, directory / f"{stem}.pt2")
+    (directory / f"{stem}.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(("part", "value"), [("device", ["cuda:0"]), ("code", "0123456789abcdef"),
+                                             ("function", "inferlab.elsewhere.static_forward"), ("threads", 7)])
+def test_a_package_built_for_another_device_code_function_or_thread_count_is_refused_naming_it(
+        compiled, one_layer, tmp_path, part, value):
+    """A load-only engine that finds a package under its call's label, built assuming something else, refuses
+    it and names the difference, never runs it (and never runs the call eagerly in its place)."""
+    _copy_with_identity(_step_package(compiled, one_layer), tmp_path, **{part: value})
+    loader = make_engine("compiled", graph_dirs=[tmp_path])
+    with pytest.raises(PackageError, match=rf"refused: .* \({re.escape(part)} {re.escape(repr(value))} there"):
+        _step_package(loader, one_layer)
+    assert loader.eager_calls == 0
+
+
+def test_the_uncached_forward_of_another_batch_size_runs_its_own_package(compiled, one_layer, tmp_path):
+    """The free length leaves the batch size in the package's identity: B = 2 after B = 1 runs a package of
+    its own, equal to eager; B = 1's package under B = 2's file name is refused, naming the inputs."""
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for batch in (1, 2):
+            ids = torch.randint(one_layer.config.vocab_size, (batch, 5), generator=gen)
+            torch.testing.assert_close(compiled.recompute_last(one_layer, ids), one_layer(ids)[:, -1],
+                                       atol=1e-4, rtol=0)
+    one, two = (next(compiled.build_dir.glob(f"{model_label(one_layer)}_uncached_B{b}-*.pt2")) for b in (1, 2))
+    shutil.copy(one, tmp_path / two.name)
+    with pytest.raises(PackageError, match=r"refused: .*inputs '1x\? int64.*' there, '2x\? int64.*' here"):
+        make_engine("compiled", graph_dirs=[tmp_path]).recompute_last(one_layer, ids)
+
+
+def test_a_forward_without_a_package_runs_eagerly_and_is_counted(compiled, one_layer, tmp_path):
+    """A load-only engine with no package for a prompt's length runs its prefill eagerly, with eager's
+    logits, and counts it; the engine that builds runs every forward, the prefill included, as a package."""
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    before = compiled.eager_calls
+    fast = generate(one_layer, prompt, 3, keep_logits=True, engine=compiled)
+    assert compiled.eager_calls == before and any(":T5:B1:" in label for label in built(compiled))
+    shutil.copytree(compiled.build_dir, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*_T5_*"))
+    loader = make_engine("compiled", graph_dirs=[tmp_path])
+    slow = generate(one_layer, prompt, 3, keep_logits=True, engine=loader)
+    assert loader.eager_calls == 1 and torch.equal(slow.tokens, fast.tokens)
+    torch.testing.assert_close(torch.stack(slow.step_logits), torch.stack(fast.step_logits), atol=1e-4, rtol=0)
 
 
 def test_a_compile_rule_that_could_not_compile_makes_the_engine_eager_with_its_reason(tmp_path):
@@ -492,3 +578,22 @@ def test_gemv_leaves_other_modules_to_their_own_forward():
 
     forward_module.gemv_linear(Recording(), x)
     assert calls == [x.shape]
+
+
+def test_a_group_builds_every_context_bucket_any_seed_can_reach(compiled, pair):
+    """A decode's last round starts at one of its last k + 1 lengths, by its acceptances, so whether it
+    crosses a bucket's edge (24 of 96 here) depends on the seed. The compile rule's build binds a round in
+    every bucket the config allows, so a loader decodes every seed with no eager call."""
+    from inferlab.speculative.bench import build_group_graphs
+
+    target, draft = pair
+    prompts, new_tokens, k = [{"prompt_index": 0, "prompt": "", "ids": [3, 1, 4], "prompt_unk": 0}], 21, 2
+    settings = SamplingSettings()
+    build_group_graphs(target, draft, prompts, new_tokens, k, settings, compiled)
+    rounds = {label.rsplit(":S", 1)[1] for label in built(compiled) if label.startswith("round:") and ":k2:" in label}
+    assert rounds == {"24", "48"}
+    loader = make_engine("compiled", graph_dirs=[compiled.build_dir])
+    for seed in range(6):
+        speculative_decode(target, draft, [3, 1, 4], new_tokens, k, settings, torch.Generator().manual_seed(seed),
+                           engine=loader)
+    assert loader.eager_calls == 0

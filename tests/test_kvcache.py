@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from inferlab.core.config import GPTConfig, kv_bytes_per_token
+from inferlab.core.engine import CompiledEngine, EagerEngine, make_engine
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.timing import BURST, BURST_WARMUP
@@ -113,6 +114,54 @@ def test_time_steps_fills_each_cache_once_and_times_its_step_back_to_back():
                 expected += prefill + [(d, 1, n - 1) if mode == "cache" else (d, n, None)] * calls
     assert engine.forwards == expected
     assert engine.opened == [d] * 3 * len(positions)
+
+
+def test_eager_rows_count_every_forward_of_their_own_work():
+    """On the eager engine every forward is an eager call; each row counts its own: a generation of n tokens n
+    forwards (the prompt, then n - 1 steps; or n uncached passes), a step probe its fill and its burst, the
+    profile its fill and every step it ran. The engine's total covers the warm-ups as well."""
+    model, engine, prompt = tiny_model(), EagerEngine(), torch.tensor([[1, 2, 3, 4]])
+    table = kvbench.time_generation(model, prompt, 6, reps=2, warmup=1, device="cpu", engine=engine)
+    assert table["eager_calls"].tolist() == [6] * 4
+    assert engine.eager_calls == 6 * 2 * 3  # two modes, a warm-up rep and two timed ones
+    sequence = generate(model, prompt, 12).tokens
+    steps = kvbench.time_steps(model, sequence, [3, 9], reps=2, warmup=1, device="cpu", engine=EagerEngine())
+    burst = BURST_WARMUP + BURST
+    assert steps.set_index(["rep", "positions", "mode"])["eager_calls"].to_dict() == {
+        (rep, n, mode): burst + (mode == "cache") for rep in range(2) for n in (3, 9) for mode in kvbench.MODES}
+    profile = kvbench.profile_cached_step(model, sequence, 10, steps=2, device="cpu", top=3)
+    assert set(profile["eager_calls"]) == {1 + BURST_WARMUP + 2 + 2}  # fill, warm-up, unprofiled, profiled
+
+
+def test_compiled_rows_count_the_forwards_that_found_no_package(tmp_path):
+    """On the compiled engine a row's eager_calls are the forwards of its own work that found no package. A
+    compile job builds a 4-token prompt's forward and the decode step; an engine that only loads them runs a
+    5-token prompt, and every uncached pass, op by op, and the rest from those packages."""
+    model = tiny_model(GPTConfig(vocab_size=61, d_model=32, n_layer=1, head_dim=16, max_seq_len=16))
+    four, five = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[1, 2, 3, 4, 5]])
+    fast_compile: dict = {}  # inductor's defaults: no autotuning
+    builder = CompiledEngine(build_dir=tmp_path, inductor_options=fast_compile)
+    session = builder.open(model)
+    session.forward(four, 0)  # builds the prompt's package
+    session.forward(torch.tensor([[5]]), 4)  # ... and the step's
+    session.close()
+    assert len(builder.built) == 2 and builder.eager_calls == 0
+    loader = make_engine("compiled", graph_dirs=[tmp_path], inductor_options=fast_compile)
+    table = kvbench.time_generation(model, five, 3, reps=2, warmup=1, device="cpu", engine=loader)
+    # cached: the prompt eager, its two steps packaged; uncached: all three passes eager
+    assert table.groupby("mode")["eager_calls"].agg(list).to_dict() == {"cache": [1, 1], "no_cache": [3, 3]}
+    sequence = generate(model, five, 3).tokens
+    steps = kvbench.time_steps(model, sequence, [5, 6], reps=1, warmup=1, device="cpu", engine=loader)
+    burst = BURST_WARMUP + BURST
+    assert steps.set_index(["positions", "mode"])["eager_calls"].to_dict() == {
+        (5, "cache"): 0, (6, "cache"): 1, (5, "no_cache"): burst, (6, "no_cache"): burst}  # fills of 4 and 5 tokens
+    # summarised per (length, mode): the reps' total, NaN (unknown, not a smaller total) where any lacks a count
+    summary = kvsummary.summarize_timings(table)
+    assert summary.set_index("mode")["eager_calls"].to_dict() == {"cache": 2, "no_cache": 6}
+    assert kvsummary.summarize_timings(table.drop(columns="eager_calls"))["eager_calls"].isna().all()
+    uncounted = table["eager_calls"].where((table["mode"] == "no_cache") | (table["rep"] == 0))
+    assert kvsummary.summarize_timings(table.assign(eager_calls=uncounted))["eager_calls"].isna().tolist() == [
+        True, False]  # rep 1's cached generation lacks its count: the cache row's total is unknown
 
 
 def test_fit_recovers_a_and_b_from_synthetic_step_times():

@@ -9,6 +9,7 @@ import torch
 import yaml
 
 from inferlab.core.config import GPTConfig
+from inferlab.core.engine import EagerEngine
 from inferlab.core.evaluation import evaluate_against_reference
 from inferlab.core.model import GPT
 from inferlab.core.packages import UNAVAILABLE
@@ -280,6 +281,31 @@ def test_decode_speed_measurement_reports_medians_and_agreement():
     print(f"\ntiny int8 decode: {out['ms_per_token']:.2f} ms/token vs fp32 {out['fp32_ms_per_token']:.2f}")
 
 
+def test_decode_speed_counts_the_eager_calls_of_its_timed_decodes():
+    """eager_calls: the forwards of the timed decodes (fp32's and the kernel model's, every rep) that ran
+    eagerly; on the eager engine each decode's prompt and steps, never the warm-ups."""
+    model = tiny_random_model()
+    fast = quant_kernels.kernel_model(*quant.quantize_model(model, "int8_per_channel_sym"), "int8_per_channel_sym")
+    engine = EagerEngine()
+    out = quant_bench.measure_decode_speed(model, fast, torch.tensor([[1, 2, 3]]), new_tokens=5, reps=3, engine=engine)
+    assert out["eager_calls"] == 3 * 2 * 5  # each decode: its prompt, then 4 steps
+    assert engine.eager_calls == out["eager_calls"] + 2 * 5  # the warm-up decodes ran too, uncounted
+
+
+def test_the_measured_sentence_says_a_compiled_engines_eager_calls():
+    timed = {**_row("int8_per_channel_sym", 0.001), "speed_status": "measured: int8 kernel", "speed_reps": 3,
+             "ms_per_token": 2.0, "fp32_ms_per_token": 3.0, "speedup_vs_fp32": 1.5, "eager_calls": 30,
+             "ms_per_token_compiled": 1.0, "fp32_ms_per_token_compiled": 2.0, "speedup_vs_fp32_compiled": 2.0,
+             "eager_calls_compiled": 2}
+    measured = quant_choice.choose_scheme(_summary([timed])).iloc[0]["measured"]
+    assert "1.00 vs fp32 2.00 ms/token on compiled (2.00x; 2 eager calls)" in measured
+    assert "3.00 ms/token (1.50x)" in measured  # on eager every forward is one: nothing to say
+    clean = quant_choice.choose_scheme(_summary([{**timed, "eager_calls_compiled": 0}])).iloc[0]["measured"]
+    assert "(2.00x; 0 eager calls)" in clean  # counted, and none
+    old = {key: value for key, value in timed.items() if not key.startswith("eager_calls")}
+    assert "eager calls" not in quant_choice.choose_scheme(_summary([old])).iloc[0]["measured"]
+
+
 @pytest.mark.parametrize("scheme", ["int8_per_channel_sym", "int4_g32_sym"])
 def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path):
     """As the workflow runs Experiment 4 on the compiled engine: its compile jobs build fp32's and the
@@ -303,6 +329,8 @@ def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path
                                  engines=("eager", "compiled"), graph_dirs=dirs)
     assert row["engine_used_compiled"] == "compiled" and row["ms_per_token_compiled"] > 0
     assert row["engine_fallback_reason_compiled"] == ""
+    # every forward of the compiled decodes ran from those packages; on eager, each of the 2 x 4 forwards
+    assert (row["eager_calls_compiled"], row["eager_calls"]) == (0, 2 * 4)
     # a compile rule that could not compile: the row ran eager and says why, as every timing table does
     unavailable = tmp_path / "unavailable"
     unavailable.mkdir()
@@ -311,7 +339,8 @@ def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path
                                    graph_dirs=(unavailable,))
     assert eager["engine_used_compiled"] == "eager"
     assert eager["engine_fallback_reason_compiled"].startswith("no working C++ toolchain")
-    with pytest.raises(PackageError, match="no package"):  # without the kernel model's: refused, not built
+    # without the kernel model's packages: fp32's, under the same labels, are refused, naming the weights
+    with pytest.raises(PackageError, match=r"refused: .*weights [0-9a-f]{12} there, [0-9a-f]{12} here"):
         quant_bench.run_scheme(model, scheme, ids, ids, 16, prompt, new_tokens=4, reps=1, engines=("compiled",),
                                graph_dirs=dirs[:1])
     fast = quant_kernels.kernel_model(*quant.quantize_model(model, scheme), scheme)

@@ -29,7 +29,7 @@ from inferlab.report.assemble import build_document
 from inferlab.report.build import ReportPaths, write_report
 from inferlab.report.inputs import ReportInputError, ReportInputs, load_inputs
 from inferlab.report.milestones.checklist import check_all
-from inferlab.report.milestones.common import FAIL, MISSING, PASS
+from inferlab.report.milestones.common import FAIL, MISSING, PASS, EagerCalls
 from inferlab.report.milestones.kvcache import COMPILED_BOUND_TARGET, check_m1
 from inferlab.report.milestones.quant import check_m4
 from inferlab.report.milestones.sampling import check_m2
@@ -105,9 +105,11 @@ def _engine_cols(engine: str) -> dict:
     return {"engine": engine, "engine_used": engine, "engine_fallback_reason": ""}
 
 
-def kv_tables(same_output: bool = True, contended: bool = False,
-              differs_on: str = "eager") -> dict[str, pd.DataFrame]:
-    """Per-engine timings and step probes, then kvbench's summary and fit per engine, as kvcache_summary does."""
+def kv_tables(same_output: bool = True, contended: bool = False, differs_on: str = "eager",
+              compiled_prefill_eager: bool = True) -> dict[str, pd.DataFrame]:
+    """Per-engine timings and step probes, then kvbench's summary and fit per engine, as kvcache_summary does.
+    Every eager forward counts as an eager call; on compiled, only each cached generation's prefill (its prompt
+    length has no package) unless compiled_prefill_eager is False."""
     rows, steps = [], []
     for engine, (lengths, a) in ENGINES.items():
         for length, (c, n) in lengths.items():
@@ -118,7 +120,9 @@ def kv_tables(same_output: bool = True, contended: bool = False,
                                  "total_ms": ms, "ms_per_token": ms / length,
                                  "same_output": same_output or not (length == 256 and rep == 1
                                                                      and engine == differs_on),
-                                 "kv_bytes_per_token": 8192.0, "contended": contended})
+                                 "kv_bytes_per_token": 8192.0, "contended": contended,
+                                 "eager_calls": length if engine == "eager"
+                                 else int(compiled_prefill_eager and mode == "cache")})
         steps += [{**_engine_cols(engine), "mode": mode, "positions": pos, "rep": rep,
                    "step_ms": (a + 0.004 * pos if mode == "no_cache" else 0.8 * a + 0.0001 * pos) + 0.01 * rep}
                   for mode in ("cache", "no_cache") for pos in (8, 64, 128, 256) for rep in range(3)]
@@ -210,6 +214,7 @@ def spec_tables(all_identical: bool = True, contended: bool = False,
     runs, forward, ident, baseline = [], [], [], []
     for engine, scale in SPEC_WALL.items():
         cols = _engine_cols(engine)
+        eager = int(engine == "eager")  # every forward of the eager engine is an eager call, none of compiled's
         for draft, (alpha, cost) in DRAFTS.items():
             for k in (1, 3):
                 rounds, proposed = 10, 10 * k
@@ -222,22 +227,24 @@ def spec_tables(all_identical: bool = True, contended: bool = False,
                                      "drafted": rounds * k, "proposed": proposed, "accepted": accepted,
                                      "generated": rounds + accepted, "overlap_sum": alpha * proposed,
                                      "wall_ms": (100.0 + 10 * k + rep) * scale,
-                                     "prefill_ms": SPEC_PREFILL_MS * scale})
+                                     "prefill_ms": SPEC_PREFILL_MS * scale,
+                                     "eager_calls": eager * (2 + rounds * (k + 1))})
                 slowdown = (compiled_step_scale_by_k or {}).get(k, 1.0) if engine == "compiled" else 1.0
                 forward += [{**cols, "draft": draft, "k": k, "role": "target", "tokens_per_forward": 1,
-                             "forward_ms": 1.0 * slowdown},
+                             "forward_ms": 1.0 * slowdown, "eager_calls": eager * 20},
                             {**cols, "draft": draft, "k": k, "role": "target", "tokens_per_forward": k + 1,
-                             "forward_ms": 1.2},
+                             "forward_ms": 1.2, "eager_calls": eager * 20},
                             {**cols, "draft": draft, "k": k, "role": "draft", "tokens_per_forward": 1,
-                             "forward_ms": cost}]
+                             "forward_ms": cost, "eager_calls": eager * 20}]
                 if engine == "compiled":  # its rounds are one graph: the drafts are timed as one call
                     forward.append({**cols, "draft": draft, "k": k, "role": "draft_half", "tokens_per_forward": k,
-                                    "forward_ms": 0.6 * k * cost, "draft_form": draft_forms[k]})
+                                    "forward_ms": 0.6 * k * cost, "draft_form": draft_forms[k], "eager_calls": 0})
                 ident += [{**cols, "draft": draft, "k": k, "prompt_index": p,
                            "identical": all_identical or not (k == 3 and p == 1 and engine == "eager")}
                           for p in (0, 1)]
                 baseline += [{**cols, "draft": draft, "k": k, "rep": rep, "prompt_index": p, "seed": 0,
-                              "wall_ms": 100.0 + rep, "prefill_ms": BASELINE_PREFILL_MS}
+                              "wall_ms": 100.0 + rep, "prefill_ms": BASELINE_PREFILL_MS,
+                              "eager_calls": eager * (1 + rounds + accepted)}
                              for rep in range(2) for p in (0, 1)]
     params = {"ref_baseline": 3688704, "c1_dim64": 300_000, "c1_dim128": 1057920}
     summary = by_engine(speculative_summary.summarise, pd.DataFrame(runs), pd.DataFrame(forward),
@@ -376,6 +383,33 @@ def test_one_contended_group_job_is_a_caveat_of_its_rows_not_of_the_experiment()
     m = check_m3(full_data(**{**tables, "spec_summary": summary}), MACHINE)
     assert not m.evidence.timing.contended and "contended" not in m.headline and "contended" not in m.stamps
     assert f"timings contended in 1 of {len(summary)} timed rows" in " ".join(narrative.caveats(m))
+
+
+def test_the_compiled_rows_eager_calls_are_stated_under_the_verdict():
+    """Forwards that ran op by op inside the compiled engine's timed rows are a caveat, counted from the rows; none
+    is a brief note, so a reader sees they were counted; tables from before the count say nothing."""
+    m = check_m1(full_data(), MACHINE)  # each compiled cached generation ran its prompt eagerly
+    assert m.evidence.timing.eager_calls == EagerCalls(calls=6, rows_with=6, rows=12)
+    said = " ".join(narrative.caveats(m))
+    assert "compiled rows: 6 eager calls in 6 of 12 rows (their forwards ran op by op" in said
+    assert "caveats below" in m.verdict and "eager calls" not in m.verdict  # under the verdict, not in it
+    clean = check_m1(full_data(**kv_tables(compiled_prefill_eager=False)), MACHINE)
+    assert "eager calls" not in " ".join(narrative.caveats(clean))
+    assert narrative.notes(clean) == ["compiled rows: 0 eager calls in 12 rows (every forward ran as a package)"]
+    assert ("note", f"Note: {narrative.notes(clean)[0]}.") in narrative.verdict_blocks(clean)
+    old = check_m1(full_data(kv_timings=kv_tables()["kv_timings"].drop(columns="eager_calls")), MACHINE)
+    assert old.evidence.timing.eager_calls is None and not narrative.notes(old)
+    assert "eager calls" not in " ".join(narrative.caveats(old))
+    # M3: the group table's compiled rows (none in the fixture's), then one group whose forwards ran eagerly
+    m = check_m3(full_data(), MACHINE)
+    assert narrative.notes(m) == ["compiled rows: 0 eager calls in 4 rows (every forward ran as a package)"]
+    tables = spec_tables()
+    summary = tables["spec_summary"]
+    summary.loc[(summary["engine"] == "compiled") & (summary["k"] == 3) & (summary["draft"] == "c1_dim64"),
+                "eager_calls"] = 12
+    m = check_m3(full_data(**tables), MACHINE)
+    assert "compiled rows: 12 eager calls in 1 of 4 rows" in " ".join(narrative.caveats(m)) and not narrative.notes(m)
+    assert len(m.verdict) <= narrative.VERDICT_CHARS
 
 
 def test_timings_from_different_nodes_are_not_comparable():

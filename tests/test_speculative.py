@@ -353,6 +353,33 @@ def test_forward_timing_runs_each_case_back_to_back_on_one_prefilled_session_per
     assert table.groupby(["role", "tokens_per_forward"])["rep"].nunique().eq(reps).all()
 
 
+def test_each_row_counts_the_forwards_it_ran_eagerly():
+    """On the eager engine every forward of a row's own work is an eager call: a speculative run's k drafts and
+    one verification a round, plus each model's prefill of a prompt longer than one token; target-only
+    sampling's forward a token plus its prefill; a forward timing's burst; a greedy identity case's
+    speculative decode (its reference decodes on an engine of its own). The summary adds up a group's rows."""
+    target, draft, k, new_tokens = *similar_pair(), 2, 8
+    prompts = [{"prompt_index": i, "prompt": str(ids), "ids": ids, "prompt_unk": 0}
+               for i, ids in enumerate(([1, 2], [3]))]
+    runs, baseline = bench.run_group(target, draft, prompts, [5, 6], new_tokens, k, SamplingSettings(),
+                                     timing_reps=1, engine=EagerEngine())
+    prefilled = (runs["prompt_tokens"] > 1).astype(int)
+    assert runs["eager_calls"].tolist() == (runs["target_forwards"] + runs["draft_forwards"] + 2 * prefilled).tolist()
+    assert baseline["eager_calls"].tolist() == (new_tokens + prefilled).tolist()  # the pairs' order is the runs'
+    forward = run_forward_timing(target, draft, 10, k, reps=2, engine=EagerEngine())
+    assert forward["eager_calls"].tolist() == [BURST_WARMUP + BURST] * len(forward)
+    identity = bench.run_greedy_identity(target, draft, prompts, new_tokens, k, engine=EagerEngine())
+    assert identity["eager_calls"].tolist() == (identity["rounds"] * (k + 1) + [2, 0]).tolist()
+    group = {"draft": "d", "k": k}
+    row = summarise(runs.assign(**group), forward.assign(**group), baseline.assign(**group), {"d": 1, "t": 2},
+                    "t").iloc[0]
+    assert row["eager_calls"] == sum(table["eager_calls"].sum() for table in (runs, baseline, forward))
+    # a table from before the count leaves the group's total unknown, never a smaller number
+    old = summarise(runs.assign(**group), forward.assign(**group).drop(columns="eager_calls"),
+                    baseline.assign(**group), {"d": 1, "t": 2}, "t")
+    assert old["eager_calls"].isna().all()
+
+
 # --------------------------------------------------------------------------- summary arithmetic
 
 def test_formula_and_speedup():

@@ -1,10 +1,12 @@
 """Benchmark (not a test): ms per cached forward and per speculative round, eager against compiled variants.
 
 Usage: .venv/bin/python tools/bench_engine.py [--rows 1 2 3 5 9] [--reps 40] [--context 247]
-                                              [--variants ...] [--ks 2 4] [--out table.parquet]
+                                              [--variants ...] [--ks 2 4] [--parts forwards calls rounds]
+                                              [--out table.parquet]
 
---out writes the forward table as Parquet with its machine stamp and settings (the call-cost and
-rounds tables beside it, as <name>-calls.parquet and <name>-rounds.parquet). The committed
+--out writes the forward table as Parquet with its machine stamp and settings (the call-path and
+rounds tables beside it, as <name>-calls.parquet and <name>-rounds.parquet; --parts measures and
+writes only those named). The committed
 reports/reference/engine-bench.parquet
 is what Experiment 1's section quotes and the report's appendix holds; rerun it on a quiet
 machine after an engine change.
@@ -25,9 +27,10 @@ did not reach inductor's C++ GEMM template shows 0 template kernels):
 - one_thread, serial_loops (only when named in --variants): the compiled engine with inductor's
   cpp.threads = 1, and with cpp.min_chunk_size = 65536 (small loops run serially), the threads-per-graph
   probes.
-The call-cost table times one package three ways on the same inputs: through the engine's session, its
-loader called directly (what the engine calls), and AOTInductor's own Python runner (which flattens
-the arguments with pytree on every call). The torch.compile engine this replaced was measured once, in
+The call-path table times the compiled engine's four call paths (a session's step, a fused round,
+target-only sampling's step, a round's draft half), each against its package's loader.run on the same
+tensors, interleaved call by call: what a path costs over its loader, per call. The torch.compile
+engine this replaced was measured once, in
 reports/reference/engine-bench-torch-compile.parquet.
 Rounds (--ks): one speculative round of target ref_baseline with each draft, as Python over
 compiled steps (reference) and as one graph (fused), and the fused target-only step beside them.
@@ -39,6 +42,7 @@ import argparse
 import datetime
 import statistics
 import time
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -46,12 +50,20 @@ import pandas as pd
 import torch
 
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine, model_label
+from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.machine import machine_stamp
 from inferlab.jobs.tables import write_table
-from inferlab.speculative.decode import SamplingSettings, autoregressive_decode, speculative_decode
+from inferlab.speculative.decode import (
+    SamplingSettings,
+    autoregressive_decode,
+    draft_half_call,
+    fused_rounds,
+    sampled_steps,
+    speculative_decode,
+)
+from inferlab.speculative.forwards import open_sessions_of
 
 MODELS = {"ref_baseline": 256, "c1_dim128": 128, "c1_dim64": 64}
 VARIANTS = {
@@ -71,32 +83,66 @@ def build_engine(variant: str):
     return make_engine(name, **options)
 
 
-def call_cost_table(models: dict[str, GPT], context: int, reps: int) -> pd.DataFrame:
-    """ms per call of each model's one-row step package: through the engine's session, its loader
-    called directly, and AOTInductor's Python runner, interleaved call by call on the same tensors."""
-    engine = make_engine("compiled")
+def _paired_us(ways: dict, reps: int) -> dict[str, list[float]]:
+    """µs per call of each way, called in turn call by call, reps times; the order alternates rep by rep
+    (the first call of a pair ran measurably slower than the second, whichever it was)."""
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for rep in range(reps):
+        for way, call in (list(ways.items()) if rep % 2 == 0 else list(ways.items())[::-1]):
+            start = time.perf_counter()
+            call()
+            times[way].append((time.perf_counter() - start) * 1e6)
+    return times
+
+
+@contextmanager
+def _call_paths(engine, target: GPT, draft: GPT, context: int, k: int):
+    """The compiled engine's four call paths after `context` cached positions, each with the loader of the
+    package it runs on the same tensors: {path: (the path's call, its loader's call)}."""
+    settings = SamplingSettings()
+    with torch.no_grad(), ExitStack() as stack:
+        target_session, draft_session = stack.enter_context(open_sessions_of(engine, [target, draft], context + k + 1))
+        ids = torch.randint(target.config.vocab_size, (1, context + 1))
+        for session in (target_session, draft_session):
+            session.fill(ids[:, :context])
+        token = ids[:, context:].clone()
+        target_session.forward(token, context)  # finds (or builds) its package
+        # the package the session's table holds for this step, and its inputs as the session passes them
+        step_run = engine.steps_of(target)[context, token.shape, token.dtype, token.device][1]
+        step_tensors = [token, engine.positions(context, 1, token.device), *target_session.k_caches,
+                        *target_session.v_caches]
+        rounds = fused_rounds(engine, target_session, draft_session, k, settings)
+        rounds.host["last_two"][0], rounds.host["n"][0] = ids[0, context - 2:context].tolist(), context
+        steps = sampled_steps(engine, target_session, settings)
+        steps.host["token"][0, 0], steps.host["position"][0] = int(token), context
+        draft_half = stack.enter_context(draft_half_call(draft, context, k, settings, engine))
+        paths = {"step (session.forward)": (partial(target_session.forward, token, context),
+                                            partial(step_run, step_tensors))}
+        for path, calls, end in (("round (fused)", rounds, context + k), ("target-only step", steps, context + 1)):
+            bound = calls.bind(end)
+            paths[path] = (partial(calls, end), partial(bound.package.loader_run, bound.tensors))
+        paths["draft half"] = (draft_half, partial(draft_half.package.loader_run, draft_half.tensors))
+        yield paths
+
+
+def call_cost_table(models: dict[str, GPT], context: int, reps: int, k: int = 2,
+                    build_dir: str | None = None) -> pd.DataFrame:
+    """What each of the compiled engine's four call paths (a session's step, a fused round, target-only
+    sampling's step, a round's draft half) costs over its package's loader.run on the same tensors:
+    target ref_baseline with each draft, the path and its loader interleaved call by call. over_loader_us
+    is the median of the per-pair differences. build_dir keeps the packages for the next run."""
+    engine = make_engine("compiled", build_dir=build_dir)
     records = []
-    for model_name, model in models.items():
-        session = engine.open(model, 1)
-        ids = torch.randint(model.config.vocab_size, (1, context + 1))
-        session.forward(ids[:, :context], 0)
-        token, positions = ids[:, context:].clone(), torch.tensor([context])
-        session.forward(token, context)  # builds its package
-        bucket = context_bucket(context + 1, model.config.max_seq_len)
-        path = next(engine.build_dir.glob(f"{model_label(model)}_T1_B1_S{bucket}-*.pt2"))
-        loaded = torch._inductor.aoti_load_package(str(path))
-        tensors = [token, positions, *session.k_caches, *session.v_caches]
-        ways = {"engine session": partial(session.forward, token, context),
-                "loader directly": partial(loaded.loader.run, tensors),
-                "python runner": partial(loaded, *tensors)}
-        times: dict[str, list[float]] = {way: [] for way in ways}
-        for _ in range(reps):
-            for way, call in ways.items():
-                start = time.perf_counter()
-                call()
-                times[way].append((time.perf_counter() - start) * 1e3)
-        records += [{"model": model_name, "way": way, "median_ms": statistics.median(values), "min_ms": min(values)}
-                    for way, values in times.items()]
+    for draft_name in ("c1_dim64", "c1_dim128"):
+        with _call_paths(engine, models["ref_baseline"], models[draft_name], context, k) as paths:
+            for path, (call, loader) in paths.items():
+                times = _paired_us({"path": call, "loader": loader}, reps)
+                over = [a - b for a, b in zip(times["path"], times["loader"], strict=True)]
+                records.append({"draft": draft_name, "k": k, "path": path,
+                                "path_median_us": statistics.median(times["path"]),
+                                "loader_median_us": statistics.median(times["loader"]),
+                                "over_loader_us": statistics.median(over),
+                                "over_loader_min_us": min(times["path"]) - min(times["loader"])})
     table = pd.DataFrame(records)
     print(table.to_string(index=False), flush=True)
     return table
@@ -111,9 +157,8 @@ def forward_table(models: dict[str, GPT], variants: list[str], rows: list[int], 
         for n in rows:
             sessions = {}
             for variant, engine in engines.items():
-                engine.want_token_counts(n)
                 session = engine.open(model, 1, context + n)
-                session.forward(ids[:, :context], 0)
+                session.fill(ids[:, :context])
                 start = time.perf_counter()
                 session.forward(ids[:, context:context + n], context)  # compiles on first use
                 sessions[variant] = (session, (time.perf_counter() - start) * 1e3)
@@ -196,7 +241,10 @@ def main() -> None:
     parser.add_argument("--ks", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--round-reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--out", help="write the forward table here as Parquet (and the rounds table beside it)")
+    parser.add_argument("--parts", nargs="+", default=["forwards", "calls", "rounds"],
+                        choices=["forwards", "calls", "rounds"], help="which tables to measure (default: all)")
+    parser.add_argument("--out", help="write the forward table here as Parquet, and the others beside it")
+    parser.add_argument("--build-dir", help="keep the call paths' packages here, to reuse them in the next run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -209,9 +257,13 @@ def main() -> None:
         print(f"warning: from {args.context} the row counts attend over different spans {spans}: "
               "their ratios mix rows with attention span")
     print(f"threads={torch.get_num_threads()} reps={args.reps} context={args.context}")
-    forwards = forward_table({m: models[m] for m in args.models}, args.variants, args.rows, args.context, args.reps)
-    calls = call_cost_table({m: models[m] for m in args.models}, args.context, 20 * args.reps)
-    rounds = round_table(models, args.ks, args.round_reps) if args.ks else pd.DataFrame()
+    parts = {
+        "forwards": lambda: forward_table({m: models[m] for m in args.models}, args.variants, args.rows, args.context,
+                                          args.reps),
+        "calls": lambda: call_cost_table(models, args.context, 20 * args.reps, build_dir=args.build_dir),
+        "rounds": lambda: round_table(models, args.ks, args.round_reps),
+    }
+    tables = {part: parts[part]() for part in args.parts}
     if args.out:
         out = Path(args.out)
         provenance = {"machine": machine_stamp("cpu"), "measured_at": datetime.datetime.now(datetime.UTC).isoformat(
@@ -219,11 +271,9 @@ def main() -> None:
                                               "attention_spans": spans,
                                               "round_reps": args.round_reps, "ks": args.ks,
                                               "weights": "random, the lab's three shapes"}}
-        write_table(forwards, out, provenance=provenance)
-        write_table(calls, out.with_name(out.stem + "-calls.parquet"), provenance=provenance)
-        if len(rounds):
-            write_table(rounds, out.with_name(out.stem + "-rounds.parquet"), provenance=provenance)
-
+        for part, table in tables.items():  # each table stamped with the run that measured it
+            write_table(table, out if part == "forwards" else out.with_name(f"{out.stem}-{part}.parquet"),
+                        provenance=provenance)
 
 if __name__ == "__main__":
     main()

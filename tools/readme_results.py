@@ -324,14 +324,13 @@ def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, prov
         kernels = ("" if own is None or pd.isna(own["kernel_launches"])
                    else f"{int(own['cpp_gemm_template'])} / {int(own['kernel_launches'])}")
         lines.append(f"| {model} | {int(rows)} | {' | '.join(cells)} | {kernels} |")
-    if calls is not None and len(calls):
-        ways = list(dict.fromkeys(calls["way"]))
-        lines += ["", "One step package (1 row) called three ways on the same tensors, interleaved call by call: "
-                  "median (min) ms per call.", "", f"| model | {' | '.join(ways)} |", "|---|" + "---|" * len(ways)]
-        for model, group in calls.groupby("model", sort=False):
-            by = group.set_index("way")
-            lines.append(f"| {model} | " + " | ".join(ms(by.loc[w, "median_ms"], by.loc[w, "min_ms"]) for w in ways)
-                         + " |")
+    if calls is not None and "path" in calls:
+        lines += ["", "The compiled engine's call paths against their packages' `loader.run` on the same tensors, "
+                  "interleaved call by call (target ref_baseline; the step is the target's): median µs per call, "
+                  "and the median of the per-pair differences.", "",
+                  "| draft | path | path µs | loader.run µs | over loader.run µs |", "|---|---|---|---|---|"]
+        lines += [f"| {row.draft} | {row.path} | {row.path_median_us:.1f} | {row.loader_median_us:.1f} | "
+                  f"{row.over_loader_us:.1f} |" for row in calls.itertuples()]
     if rounds is not None and len(rounds):
         # target-only decoding has no reference round: its eager case is the eager column
         rounds = rounds.assign(case=rounds["case"].replace({"eager reference": "eager"}))

@@ -6,12 +6,12 @@
   KV buffer as long as the model's context; every forward writes its keys/values at ``input_pos``
   and attends over a context bucket under a mask ``key_pos <= query_pos``, so no shape depends on
   the position and each (token count, bucket) is one graph. The position travels as a tensor, so a
-  new position is new data, not a new graph. Forwards of the token counts in ``token_counts`` (1,
-  the decode step, by default) run as packages; any other length (the prefill) runs the same code
-  eagerly. ``CompiledEngine.call`` runs any other function of models and tensors the same way: a
-  whole speculative round, or a sampled step (inferlab.speculative.fused). Each package is a file
-  (inferlab.core.packages), with each model's weights frozen into it: the workflow's compile rules
-  build them, and an engine given only ``graph_dirs`` loads them and compiles nothing.
+  new position is new data, not a new graph. Every forward runs as a package, the prefill included
+  (one per prompt length). ``CompiledEngine.bind`` runs any other function of models and tensors the
+  same way: a whole speculative round, or a sampled step (inferlab.speculative.fused). Each package
+  is a file (inferlab.core.packages), with each model's weights frozen into it: the workflow's compile
+  rules build them, and an engine given only ``graph_dirs`` loads them and compiles nothing. A call
+  with no package runs eagerly and is counted (``eager_calls``), so no table reports it unseen.
 
 Both keep the rollback rule of ``inferlab.core.model.KVCache``: there is no stored length, the
 caller's positions say which prefix is valid, so a rejected speculation is overwritten later.
@@ -28,6 +28,7 @@ import logging
 import tempfile
 import weakref
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ from inferlab.core.packages import (
     PackageName,
     build_package,
     load_package,
+    package_for_label,
     split_arguments,
     tensor_signature,
     weights_digest,
@@ -65,14 +67,19 @@ def model_label(model: GPT) -> str:
 class EagerSession:
     """The baseline: GPT.forward with the model's own KV cache."""
 
-    def __init__(self, model: GPT, batch_size: int, max_seq_len: int | None = None):
-        self.model = model
+    def __init__(self, engine: EagerEngine, model: GPT, batch_size: int, max_seq_len: int | None = None):
+        self.engine, self.model = engine, model
         model.setup_caches(batch_size, max_seq_len)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        self.engine.eager_calls += 1
         positions = torch.arange(start, start + tokens.size(1), device=tokens.device)
         return self.model(tokens, positions)
+
+    def fill(self, tokens: torch.Tensor, start: int = 0) -> None:
+        """Caches tokens' keys and values from `start` on (an untimed setup): one forward."""
+        self.forward(tokens, start)
 
     def close(self) -> None:
         self.model.clear_caches()
@@ -85,21 +92,23 @@ class EagerEngine:
     def __init__(self, fallback_reason: str | None = None, requested: str = "eager"):
         self.engine_fallback_reason = fallback_reason
         self.requested = requested  # "compiled" when this is the fallback of a failed compile
+        self.eager_calls = 0  # model forwards run op by op since this engine was made: all of them
 
     @property
     def engine_used(self) -> str:
         return self.name
 
-    def want_token_counts(self, *counts: int) -> None:
-        """No-op: the eager engine runs every length the same way."""
+    def verify_weights(self) -> None:
+        """No-op: the eager engine runs the model's weights as they are."""
 
     @torch.no_grad()
     def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
         """Uncached step: the whole sequence (B, T) again; returns the last logits (B, V)."""
+        self.eager_calls += 1
         return model(sequence)[:, -1]
 
     def open(self, model: GPT, batch_size: int = 1, max_seq_len: int | None = None) -> EagerSession:
-        return EagerSession(model, batch_size, max_seq_len)
+        return EagerSession(self, model, batch_size, max_seq_len)
 
     def stamp(self) -> dict:
         return {"engine": self.requested, "engine_used": self.engine_used,
@@ -116,8 +125,22 @@ def own_rows(tokens: torch.Tensor) -> torch.Tensor:
     return tokens.clone(memory_format=torch.contiguous_format)
 
 
+class BoundCall:
+    """A package and the flat tensor list it runs on: calling it is the loader's call and one index."""
+
+    __slots__ = ("package", "run", "tensors")
+
+    def __init__(self, package: Package, tensors: list[torch.Tensor]):
+        self.package, self.run, self.tensors = package, package.run, tensors
+
+    def __call__(self) -> torch.Tensor:
+        return self.run(self.tensors)[0]
+
+
 class CompiledSession:
-    """Static buffers for one model; forwards of few tokens go through the engine's packages."""
+    """Static buffers for one model; each forward runs its package (inferlab.core.packages), found once per
+    (start, tokens' shape) for the model and then called with this session's buffers, so that a decode
+    step costs its loader's call and a few Python operations."""
 
     def __init__(self, engine: CompiledEngine, model: GPT, batch_size: int):
         self.engine, self.model = engine, model
@@ -126,52 +149,70 @@ class CompiledSession:
         weight = model.tok_emb.weight
         self.k_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
         self.v_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
-        self._caches = [*self.k_caches, *self.v_caches]  # a package's inputs after the tokens and positions
-        # each (start, count)'s positions tensor, made once: a new one per step was a measurable
-        # share of a small model's step; the graphs only read it
-        self._positions: dict[tuple[int, int], torch.Tensor] = {}
-        # (tokens' shape and dtype, context bucket) -> its package: a step's call is the package's own
-        # after the first, since everything else it takes is this session's
-        self._steps: dict[tuple, Package] = {}
+        # a package's inputs: the tokens and positions (set per call), then the caches
+        self._inputs: list = [None, None, *self.k_caches, *self.v_caches]
+        # (start, tokens' shape, dtype and device) -> (positions, the package's run or None): the engine's,
+        # shared by every session of this model
+        self._steps = engine.steps_of(model)
 
     def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        n = tokens.size(1)
-        end, max_seq_len = start + n, self.model.config.max_seq_len
-        if end > max_seq_len:
-            raise ValueError(f"position {end - 1} exceeds the context {max_seq_len}")
-        positions = self._positions.get((start, n))
-        if positions is None:
-            positions = self._positions[start, n] = torch.arange(start, end, device=tokens.device)
-        context = context_bucket(end, max_seq_len)
-        if n not in self.engine.token_counts:  # a prompt: eager, any length
-            with torch.no_grad():
-                return static_forward(self.model, tokens, positions, self.k_caches, self.v_caches, context=context)
+        found = self._steps.get((start, tokens.shape, tokens.dtype, tokens.device))
+        if found is None or not tokens.is_contiguous():
+            return self._first_forward(tokens, start)
+        positions, run = found
+        inputs = self._inputs
+        inputs[0], inputs[1] = tokens, positions
+        if run is None:
+            return self._eager_forward(tokens, positions)
+        return run(inputs)[0]
+
+    def _first_forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """forward's first call of a (start, shape): checks the position, finds the package (or learns there
+        is none) and keeps both for every later call."""
+        n, max_seq_len = tokens.size(1), self.model.config.max_seq_len
+        if start + n > max_seq_len:
+            raise ValueError(f"position {start + n - 1} exceeds the context {max_seq_len}")
         tokens = own_rows(tokens)
-        key = (tokens.shape, tokens.dtype, context)
-        package = self._steps.get(key)
-        if package is None:
-            label = f"{model_label(self.model)}:T{n}:B{tokens.size(0)}:S{context}"
-            package = self._steps[key] = self.engine.package_for(
-                static_forward, (self.model,), label, tokens, positions, self.k_caches, self.v_caches, 0, context)
-        return package([tokens, positions, *self._caches])
+        positions = self.engine.positions(start, n, tokens.device)
+        context = context_bucket(start + n, max_seq_len)
+        label = f"{model_label(self.model)}:T{n}:B{tokens.size(0)}:S{context}"
+        package, _ = self.engine.resolve(static_forward, (self.model,), label, (tokens, positions, self.k_caches,
+                                                                                self.v_caches, 0, context))
+        self._steps[start, tokens.shape, tokens.dtype, tokens.device] = found = (positions, package and package.run)
+        inputs = self._inputs
+        inputs[0], inputs[1] = tokens, positions
+        return self._eager_forward(tokens, positions) if package is None else found[1](inputs)[0]
+
+    def _eager_forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.engine.eager_calls += 1
+        with torch.no_grad():
+            return static_forward(self.model, tokens, positions, self.k_caches, self.v_caches,
+                                  context=context_bucket(int(positions[-1]) + 1, self.model.config.max_seq_len))
+
+    def fill(self, tokens: torch.Tensor, start: int = 0) -> None:
+        """Caches tokens' keys and values from `start` on (an untimed setup), one decode step at a time: the
+        step's packages are built already, where one forward would need a package of its own length."""
+        for i in range(tokens.size(1)):
+            self.forward(tokens[:, i:i + 1], start + i)
 
     def close(self) -> None:
-        self.k_caches, self.v_caches, self._caches = [], [], []
+        self.k_caches, self.v_caches, self._inputs = [], [], []
 
 
 class CompiledEngine:
     """Calls of functions of models and tensors, each run by an AOTInductor package: found in
     `graph_dirs`, or (with a `build_dir`) built there on first use. With neither, it builds into a
-    temporary directory of its own (tests, tools)."""
+    temporary directory of its own (tests, tools). A call with no package in graph_dirs (and nowhere to
+    build one) runs eagerly and is counted in `eager_calls`; a package built for this call's function
+    and weights but assuming something else (device, shapes, threads, code) is refused, naming what."""
 
     name = "compiled"
     requested = "compiled"
     engine_fallback_reason = None
-    runs_fused_rounds = True  # decode loops hand a whole round (or a sampled step) to call()
+    runs_fused_rounds = True  # decode loops hand a whole round (or a sampled step) to a bound call
 
     def __init__(self, graph_dirs: tuple[str | Path, ...] = (), build_dir: str | Path | None = None,
-                 inductor_options: dict | None = None, threads: int | None = None,
-                 token_counts: tuple[int, ...] = (1,), kernel_events: bool = False):
+                 inductor_options: dict | None = None, threads: int | None = None, kernel_events: bool = False):
         self.graph_dirs = [Path(d) for d in graph_dirs]
         if build_dir is None and not self.graph_dirs:
             # removed with the engine (and its twin, which shares it)
@@ -184,16 +225,14 @@ class CompiledEngine:
             self.options["cpp.enable_kernel_profile"] = True
         # the thread count the packages' C++ loops are blocked for: the timing jobs' own
         self.threads = threads or torch.get_num_threads()
-        self.token_counts = set(token_counts)
+        self.eager_calls = 0  # calls run op by op, outside any package, since this engine was made
         self.packages: dict[str, dict] = {}  # label -> the record of the package it ran (built or loaded)
         self.built: set[str] = set()  # the labels whose packages this engine built
-        # (fn, models, layout) -> {tensor signature: package}; the key holds its models, so no id is reused
-        self._calls: dict[tuple, dict[tuple, Package]] = {}
-        self._digests: weakref.WeakKeyDictionary[GPT, str] = weakref.WeakKeyDictionary()
-        # each model's weights as its packages froze them (versions and storage), to refuse stale ones,
-        # and where its parameters live (walking model.parameters() on every call cost more than a step)
-        self._frozen: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
-        self._parameter_slots: weakref.WeakKeyDictionary[GPT, list] = weakref.WeakKeyDictionary()
+        # (fn, models, layout) -> {tensor signature: package or None}; the key holds its models, so no id is reused
+        self._calls: dict[tuple, dict[tuple, Package | None]] = {}
+        self._steps: weakref.WeakKeyDictionary[GPT, dict] = weakref.WeakKeyDictionary()
+        self._positions: dict[tuple, torch.Tensor] = {}
+        self._weights = FrozenWeights()
 
     @property
     def engine_used(self) -> str:
@@ -204,7 +243,7 @@ class CompiledEngine:
         for profiling only."""
         twin = CompiledEngine(self.graph_dirs, self.build_dir, {k: v for k, v in self.options.items()
                                                                 if k != "cpp.enable_kernel_profile"},
-                              self.threads, tuple(self.token_counts), kernel_events=True)
+                              self.threads, kernel_events=True)
         twin._scratch = getattr(self, "_scratch", None)  # noqa: SLF001 - the twin keeps its builder's directory
         return twin
 
@@ -212,57 +251,78 @@ class CompiledEngine:
         """A session of model; its weights are checked against those its packages froze (every decode
         opens its sessions, so a model changed between decodes is refused)."""
         # max_seq_len is ignored on purpose: the buffer always spans the whole context.
-        self._check_weights(model)
+        self._weights.check(model)
         return CompiledSession(self, model, batch_size)
 
-    def want_token_counts(self, *counts: int) -> None:
-        """Forwards of these many tokens will run as packages too."""
-        self.token_counts.update(counts)
+    def steps_of(self, model: GPT) -> dict:
+        """The sessions' table of model's forwards: (start, tokens' shape, dtype, device) -> (positions, run)."""
+        return self._steps.setdefault(model, {})
+
+    def positions(self, start: int, n: int, device: torch.device) -> torch.Tensor:
+        """The positions start..start+n-1 as a tensor, made once: the graphs only read it."""
+        key = (start, n, device)
+        if key not in self._positions:
+            self._positions[key] = torch.arange(start, start + n, device=device)
+        return self._positions[key]
 
     @torch.no_grad()
     def recompute_last(self, model: GPT, sequence: torch.Tensor) -> torch.Tensor:
-        """Uncached step: one package for every length from 2 (a dynamic size); logits (B, V)."""
-        if sequence.size(1) < 2:
-            return full_forward(model, sequence)
-        label = f"{model_label(model)}:uncached:B{sequence.size(0)}"
-        return self.call(full_forward, (model,), label, own_rows(sequence),
+        """Uncached step: one package for every length from 2 (a dynamic size; torch.export
+        specialises a size of 1, so one token is a package of its own); logits (B, V)."""
+        n, batch = sequence.size(1), sequence.size(0)
+        if n < 2:
+            return self.call(full_forward, (model,), f"{model_label(model)}:uncached:T1:B{batch}", own_rows(sequence))
+        return self.call(full_forward, (model,), f"{model_label(model)}:uncached:B{batch}", own_rows(sequence),
                          dynamic={0: (1, 2, model.config.max_seq_len)})
 
     def call(self, fn: Callable, models: tuple[GPT, ...], label: str, *args,
              dynamic: dict[int, tuple[int, int, int]] | None = None) -> torch.Tensor:
-        """fn(*models, *args) run by its package (package_for), with each model's weights frozen into it."""
-        package, tensors = self._resolve(fn, models, label, args, dynamic)
-        return package(tensors)
+        """fn(*models, *args) run once by its package: bind's call, for a call made once."""
+        return self.bind(fn, models, label, *args, dynamic=dynamic)()
 
-    def package_for(self, fn: Callable, models: tuple[GPT, ...], label: str, *args,
-                    dynamic: dict[int, tuple[int, int, int]] | None = None) -> Package:
-        """The package that runs fn(*models, *args); call it with the arguments' tensors in order.
+    def bind(self, fn: Callable, models: tuple[GPT, ...], label: str, *args,
+             dynamic: dict[int, tuple[int, int, int]] | None = None) -> Callable[[], torch.Tensor]:
+        """fn(*models, *args) as a call without arguments, bound to its package and these tensors: calling it
+        runs the package on the tensors as they are then, so a decode binds each call once and writes each
+        step's values into its tensors in place (copy_, fill_, out=).
 
         A package serves the calls of one (fn, models, layout of the non-tensor arguments, and each
-        tensor's shape, stride and dtype); dynamic = {tensor index: (dimension, min, max)} leaves one
-        size free. The first call of each finds its package (or builds it, on an engine that builds),
-        which is checked against these models' weights; `label` names it in the package's file name
-        and in this engine's stamp.
+        tensor's shape, stride, dtype and device); dynamic = {tensor index: (dimension, min, max)} leaves one
+        size free. `label` names the package's file and this engine's stamp. Binding checks the models'
+        weights (FrozenWeights); with no package for the call, the bound call runs fn eagerly, counted.
         """
-        return self._resolve(fn, models, label, args, dynamic)[0]
-
-    def _resolve(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
-                 dynamic: dict | None) -> tuple[Package, list[torch.Tensor]]:
-        tensors, layout = split_arguments(args)
-        signature = _free_signature(tensors, dynamic) if dynamic else tensor_signature(tensors)
-        packages = self._calls.setdefault((fn, models, layout), {})
-        package = packages.get(signature)
+        for model in models:
+            self._weights.check(model)
+        package, tensors = self.resolve(fn, models, label, args, dynamic)
         if package is None:
+            return partial(self._eager_call, fn, models, args)
+        return BoundCall(package, tensors)
+
+    def _eager_call(self, fn: Callable, models: tuple[GPT, ...], args: tuple) -> torch.Tensor:
+        self.eager_calls += 1
+        with torch.no_grad():
+            return fn(*models, *args)
+
+    def resolve(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
+                dynamic: dict | None = None) -> tuple[Package | None, list[torch.Tensor]]:
+        """(the package that runs fn(*models, *args), or None where there is none to load or build; the
+        arguments' tensors in the order it takes them). The first lookup of each checks the models' weights
+        by content."""
+        tensors, layout = split_arguments(args)
+        signature = tensor_signature(tensors, dynamic)
+        packages = self._calls.setdefault((fn, models, layout), {})
+        if signature not in packages:
             for model in models:
-                self._check_weights(model)
+                self._weights.check(model, by_content=True)
             package = self._package(fn, models, label, args, tensors, layout, signature, dynamic)
-            packages[signature] = package = _with_profiler_event(package) if self.kernel_events else package
-        return package, tensors
+            packages[signature] = _with_profiler_event(package) if package and self.kernel_events else package
+        return packages[signature], tensors
 
     def _package(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
-                 tensors: list[torch.Tensor], layout: tuple, signature: tuple, dynamic: dict | None) -> Package:
-        digests = tuple(self._digests.get(m) or self._digests.setdefault(m, weights_digest(m)) for m in models)
-        name = PackageName.of(label, models, digests, layout, signature, self.options, self.threads, dynamic)
+                 tensors: list[torch.Tensor], layout: tuple, signature: tuple, dynamic: dict | None
+                 ) -> Package | None:
+        digests = tuple(self._weights.digest(m) for m in models)
+        name = PackageName.of(label, fn, models, digests, layout, signature, self.options, self.threads, dynamic)
         path = next((d / name.file for d in self.graph_dirs if (d / name.file).exists()), None)
         if path is None and self.build_dir is not None:
             path = self.build_dir / name.file
@@ -271,52 +331,92 @@ class CompiledEngine:
                 build_package(path, name, fn, models, args, tensors, self.options, self.threads, dynamic)
                 self.built.add(label)
         if path is None:
-            searched = ", ".join(str(d) for d in self.graph_dirs)
-            raise PackageError(f"no package {name.file} in {searched}: the compile rules (workflow/rules/graphs.smk) "
-                               f"build every graph a timing job runs; rerun the workflow")
+            return self._no_package(name)
         package = load_package(path, name)
         self.packages[label] = package.record
         return package
 
-    def _check_weights(self, model: GPT) -> None:
-        """Packages hold the weights they were built with: a model whose weights changed since this
-        engine first ran it (an optimizer step, load_state_dict, an in-place edit) is refused when a
-        session of it opens or a package for it is first looked up, never run stale."""
-        slots = self._parameter_slots.get(model)
-        if slots is None:
-            slots = self._parameter_slots[model] = [(module._parameters, name) for module in model.modules()
-                                                    for name, param in module._parameters.items()
-                                                    if param is not None]
-        # read through each module's own dict, so a replaced parameter is seen as well as an in-place edit
-        now = tuple((params[name]._version, params[name].data_ptr()) for params, name in slots)
-        frozen = self._frozen.setdefault(model, now)
-        if frozen != now:
-            raise RuntimeError("this model's weights changed after the compiled engine froze them into its "
-                               "packages; build a new engine (make_engine('compiled')) for the new weights")
+    def _no_package(self, name: PackageName) -> None:
+        """Refuses a call whose label has a package built for something else, naming what; otherwise None:
+        the call runs eagerly, counted."""
+        found = package_for_label(name, self.graph_dirs)
+        if found:
+            raise PackageError(f"refused: {found[0]} was built for another call ({'; '.join(found[1])}); "
+                               "rebuild it (the workflow does so when its inputs change)")
+        searched = ", ".join(str(d) for d in self.graph_dirs)
+        log.warning("no package %s in %s: it runs eagerly, counted in eager_calls (the compile rules, "
+                    "workflow/rules/graphs.smk, build every graph a timing job runs)", name.file, searched)
+        return None
+
+    def verify_weights(self) -> None:
+        """Checks by content that every model this engine ran still has the weights its packages froze."""
+        self._weights.check_all()
 
     def stamp(self) -> dict:
         records = self.packages.values()
         return {"engine": self.requested, "engine_used": self.engine_used, "engine_fallback_reason": None,
                 "compile_ms_total": float(sum(self.packages[label].get("compile_ms", 0.0) for label in self.built)),
                 "package_compile_ms_total": float(sum(r.get("compile_ms", 0.0) for r in records)),
-                "packages": len(self.packages), "packages_built": len(self.built),
+                "packages": len(self.packages), "packages_built": len(self.built), "eager_calls": self.eager_calls,
+                "devices": sorted({device for r in records for device in r.get("identity", {}).get("call", {})
+                                   .get("device", [])}),
                 "compile_ms": {label: r.get("compile_ms") for label, r in self.packages.items()},
                 "kernels": {label: r.get("kernels") for label, r in self.packages.items()},
                 "inductor_options": self.options, "threads": self.threads}
+
+
+class WeightsChanged(RuntimeError):
+    """A model whose weights changed after the compiled engine froze them into its packages."""
+
+
+class FrozenWeights:
+    """The weights a compiled engine's packages froze, per model, and the checks that refuse a model
+    changed since: every parameter and buffer but the eager KV caches (weights_digest's tensors).
+
+    check(model) compares each tensor's version counter and storage, a few µs: it sees an optimizer step,
+    load_state_dict, an in-place edit and a replaced tensor. An edit through .data moves no version counter,
+    so check(model, by_content=True) compares weights_digest too (milliseconds per MB): the engine does so
+    at the first lookup of each package and in check_all, which every table runs before its rows take
+    their engine's columns (engine_rows.engine_columns)."""
+
+    def __init__(self):
+        self._slots: weakref.WeakKeyDictionary[GPT, list] = weakref.WeakKeyDictionary()
+        self._versions: weakref.WeakKeyDictionary[GPT, tuple] = weakref.WeakKeyDictionary()
+        self._digests: weakref.WeakKeyDictionary[GPT, str] = weakref.WeakKeyDictionary()
+
+    def digest(self, model: GPT) -> str:
+        """weights_digest of model as its packages froze it (computed at its first lookup)."""
+        if model not in self._digests:
+            self._digests[model] = weights_digest(model)
+        return self._digests[model]
+
+    def check(self, model: GPT, by_content: bool = False) -> None:
+        slots = self._slots.get(model)
+        if slots is None:
+            slots = self._slots[model] = [(table, name) for module in model.modules()
+                                          for table in (module._parameters, module._buffers)
+                                          for name, tensor in table.items()
+                                          if tensor is not None and not name.endswith(("k_cache", "v_cache"))]
+        # read through each module's own dicts, so a replaced tensor is seen as well as an in-place edit
+        now = tuple((table[name]._version, table[name].data_ptr()) for table, name in slots)
+        if self._versions.setdefault(model, now) != now:
+            raise WeightsChanged(f"{model_label(model)}: a parameter or buffer changed after the compiled engine "
+                                 "froze it into its packages; build a new engine (make_engine('compiled'))")
+        if by_content and self.digest(model) != weights_digest(model):
+            raise WeightsChanged(f"{model_label(model)}: its weights' content changed (an edit through .data?) "
+                                 "after the compiled engine froze them; build a new engine (make_engine('compiled'))")
+
+    def check_all(self) -> None:
+        for model in list(self._digests):
+            self.check(model, by_content=True)
 
 
 def _with_profiler_event(package: Package) -> Package:
     """package, each call of it a profiler event (PACKAGE_CALL) that its kernels' events nest in."""
     def run(tensors):
         with record_function(PACKAGE_CALL):
-            return package._run(tensors)  # noqa: SLF001 - the same loader, wrapped
-    return Package(package.path, package.record, run)
-
-
-def _free_signature(tensors: list[torch.Tensor], dynamic: dict[int, tuple[int, int, int]]) -> tuple:
-    """tensor_signature with the free sizes (and the strides they move) left out."""
-    return tuple((t.dim(), t.dtype, t.is_contiguous()) if i in dynamic else (tuple(t.shape), t.stride(), t.dtype)
-                 for i, t in enumerate(tensors))
+            return package.loader_run(tensors)
+    return Package(package.path, package.record, package.loader_run, run)
 
 
 Engine = EagerEngine | CompiledEngine

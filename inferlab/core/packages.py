@@ -18,6 +18,8 @@ cost and what it generated (kernel launches per call, read from its C++ source).
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 import itertools
 import json
 import logging
@@ -87,9 +89,44 @@ def split_arguments(args: tuple) -> tuple[list[torch.Tensor], tuple]:
     return tensors, (tuple(nesting), values)
 
 
-def tensor_signature(tensors: list[torch.Tensor]) -> tuple:
-    """What a compiled graph assumes of its tensor inputs: shape, stride and dtype of each."""
-    return tuple((tuple(t.shape), t.stride(), t.dtype) for t in tensors)
+def tensor_signature(tensors: list[torch.Tensor], dynamic: dict[int, tuple[int, int, int]] | None = None) -> tuple:
+    """What a compiled graph assumes of its tensor inputs: each one's shape, stride, dtype and device. A
+    size left free (dynamic: {tensor index: (dimension, min, max)}) is None, with the strides it moves;
+    every other size, the batch included, stays."""
+    dynamic = dynamic or {}
+    return tuple(_free_input(t, dynamic[i][0]) if i in dynamic else (tuple(t.shape), t.stride(), t.dtype, str(t.device))
+                 for i, t in enumerate(tensors))
+
+
+def _free_input(tensor: torch.Tensor, dimension: int) -> tuple:
+    shape = tuple(None if d == dimension else size for d, size in enumerate(tensor.shape))
+    return shape, tensor.is_contiguous(), tensor.dtype, str(tensor.device)
+
+
+def graph_code_sha256(fn: Callable, models: tuple[nn.Module, ...]) -> str:
+    """sha256 of the source a graph is traced from: fn's module, the forward every graph runs
+    (GRAPH_CODE) and the module of every class the models are made of (a quantised layer's kernel)."""
+    names = {fn.__module__, *GRAPH_CODE, *(type(m).__module__ for model in models for m in model.modules())}
+    key = (fn.__module__, fn.__qualname__, frozenset(names))
+    if key not in _CODE_SHA256:
+        digest = hashlib.sha256()
+        for name in sorted(names):
+            digest.update(f"{name}\n{inspect.getsource(importlib.import_module(name))}".encode())
+        _CODE_SHA256[key] = digest.hexdigest()
+    return _CODE_SHA256[key]
+
+
+# the modules every graph's forward is written in, whatever function calls it
+GRAPH_CODE = ("inferlab.core.static_forward", "inferlab.core.model", "inferlab.core.sampler")
+_CODE_SHA256: dict[tuple, str] = {}
+
+
+def describe_inputs(signature: tuple) -> str:
+    """A package's tensor inputs in a line: each one's shape (free sizes as ?) and dtype."""
+    def one(entry) -> str:
+        shape = "x".join("?" if size is None else str(size) for size in entry[0])
+        return f"{shape} {str(entry[-2]).removeprefix('torch.')}"
+    return ", ".join(one(entry) for entry in signature)
 
 
 _SLOT = object()  # where a tensor stood in a call's arguments
@@ -123,31 +160,37 @@ class PackageName:
     digests: tuple[str, ...]
     configs: tuple[dict, ...]
     key: str
-    call: dict  # the parts of the key a reader can compare: label, threads, options
+    call: dict  # everything the key covers, readable, so that a refusal names what differs
 
     @classmethod
-    def of(cls, label: str, models: tuple[nn.Module, ...], digests: tuple[str, ...], layout: tuple,
+    def of(cls, label: str, fn: Callable, models: tuple[nn.Module, ...], digests: tuple[str, ...], layout: tuple,
            signature: tuple, options: dict, threads: int, dynamic: dict | None) -> PackageName:
         configs = tuple(model.config.to_dict() for model in models)
-        key = hashlib.sha256(repr((label, layout, signature, sorted(options.items()), threads,
-                                   sorted((dynamic or {}).items()), torch.__version__)).encode()).hexdigest()
+        call = {"label": label, "function": f"{fn.__module__}.{fn.__qualname__}",
+                "code": graph_code_sha256(fn, models)[:16],
+                "device": sorted({entry[-1] for entry in signature}), "inputs": describe_inputs(signature),
+                "free sizes": {str(i): list(bounds) for i, bounds in sorted((dynamic or {}).items())},
+                "threads": threads, "options": dict(sorted(options.items())), "torch": torch.__version__}
+        key = hashlib.sha256(repr((call, layout, signature)).encode()).hexdigest()
         readable = "".join(c if c.isalnum() or c in "._-" else "_" for c in label)
         weights = "+".join(digest[:8] for digest in digests)
-        call = {"label": label, "threads": threads, "options": dict(sorted(options.items())),
-                "torch": torch.__version__}
         return cls(f"{readable}-{weights}-{key[:10]}{PACKAGE_SUFFIX}", digests, configs, key, call)
 
     def metadata(self) -> dict:
         return {"key": self.key, "digests": list(self.digests), "configs": list(self.configs), "call": self.call}
 
+    def differences(self, recorded: dict) -> list[str]:
+        """What a package built for `recorded` (its metadata) assumes that this call does not, in words."""
+        built_for = recorded.get("call") or {}
+        return [f"{part} {built_for.get(part)!r} there, {value!r} here" for part, value in self.call.items()
+                if built_for.get(part) != value]
+
 
 def _refusal(path: Path, recorded: dict, name: PackageName) -> str | None:
-    """Why the package at path must not serve this call (its recorded weights or frozen config differ),
-    or None."""
+    """Why the package at path must not serve this call (it was built for another call, or from other
+    weights), or None."""
     if recorded.get("key") != name.key:
-        built_for = recorded.get("call") or {}
-        differs = [f"{part} {built_for.get(part)!r} there, {value!r} here" for part, value in name.call.items()
-                   if built_for.get(part) != value] or ["its shapes or arguments"]
+        differs = name.differences(recorded) or ["its argument layout"]
         return f"{path.name} was built for another call ({'; '.join(differs)})"
     for i, (digest, config) in enumerate(zip(name.digests, name.configs, strict=True)):
         built_digest = recorded["digests"][i]
@@ -162,14 +205,15 @@ def _refusal(path: Path, recorded: dict, name: PackageName) -> str | None:
 
 @dataclass
 class Package:
-    """A loaded package: call it with the argument tensors in order; it returns fn's tensor."""
+    """A loaded package: run(tensors), with the argument tensors in order, returns [fn's tensor]."""
 
     path: Path
     record: dict
-    _run: Callable
+    loader_run: Callable  # AOTInductor's loader, called on the flat tensor list
+    run: Callable  # what the engine calls: the loader, or a wrapper of it (a profiler event)
 
     def __call__(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        return self._run(tensors)[0]
+        return self.run(tensors)[0]
 
 
 def load_package(path: Path, name: PackageName) -> Package:
@@ -188,7 +232,7 @@ def load_package(path: Path, name: PackageName) -> Package:
         raise PackageError(f"refused: {refusal}. Rebuild it (the workflow does so when its inputs change).")
     record_path = path.with_suffix(RECORD_SUFFIX)
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
-    return Package(path, record, loaded.loader.run)
+    return Package(path, record, loaded.loader.run, loaded.loader.run)
 
 
 def build_package(path: Path, name: PackageName, fn: Callable, models: tuple[nn.Module, ...], args: tuple,
@@ -205,16 +249,33 @@ def build_package(path: Path, name: PackageName, fn: Callable, models: tuple[nn.
     with torch.no_grad():
         program = torch.export.export(_BoundCall(fn, models, args), tuple(tensors),
                                       dynamic_shapes=(shapes,) if shapes else None, strict=False)
+    exported = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".partial-{path.name}")
     configs = {"freezing": True, **options, "cpp.threads": threads,
                "aot_inductor.metadata": {METADATA_KEY: json.dumps(name.metadata())}}
     torch._inductor.aoti_compile_and_package(program, package_path=str(partial), inductor_configs=configs)
     partial.replace(path)
-    record = {"compile_ms": (time.perf_counter() - start) * 1e3, "threads": threads, "options": options,
+    # where a package's compile time goes: torch.export, then inductor (autotuning and the C++ compile)
+    record = {"identity": name.metadata(), "compile_ms": (time.perf_counter() - start) * 1e3,
+              "export_ms": (exported - start) * 1e3, "threads": threads, "options": options,
               "kernels": count_kernels(generated_sources(path)), "bytes": path.stat().st_size}
     path.with_suffix(RECORD_SUFFIX).write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def package_for_label(name: PackageName, directories: list[Path]) -> tuple[Path, list[str]] | None:
+    """A package in directories built under this call's label, and what it assumes that this call does not
+    (PackageName.differences, and the weights); None if no package has the label."""
+    for record_path in sorted(path for directory in directories for path in directory.glob(f"*{RECORD_SUFFIX}")):
+        identity = json.loads(record_path.read_text()).get("identity") or {}
+        if (identity.get("call") or {}).get("label") == name.call["label"]:
+            differences = name.differences(identity)
+            if identity.get("digests") != list(name.digests):
+                differences.append(f"weights {'+'.join(d[:12] for d in identity.get('digests', []))} there, "
+                                   f"{'+'.join(d[:12] for d in name.digests)} here")
+            return record_path.with_suffix(PACKAGE_SUFFIX), differences
+    return None
 
 
 def generated_sources(path: Path) -> list[str]:

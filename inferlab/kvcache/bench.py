@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from inferlab.core.config import kv_bytes_per_token
 from inferlab.core.engine import PACKAGE_CALL, CompiledEngine, EagerEngine, Engine
-from inferlab.core.engine_rows import engine_columns
+from inferlab.core.engine_rows import eager_call_counter, engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
 from inferlab.core.timing import BURST_WARMUP, burst_median_ms, settle_heap, synchronize, timed_calls_ms, timed_ms
@@ -56,8 +56,9 @@ def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, wa
 
     Both modes run on `engine` (eager when None); loading its packages falls in the warm-up, which
     must be >= 1 for a compiled engine. One row per (rep, mode). same_output compares the
-    tokens of the two modes within a rep. Afterwards the KV cache's bytes per token are
-    measured and checked (check_kv_bytes).
+    tokens of the two modes within a rep; eager_calls counts the row's own forwards that ran eagerly
+    (on the compiled engine, the prompt's when its length has no package). Afterwards the KV cache's
+    bytes per token are measured and checked (check_kv_bytes).
     """
     engine = engine or EagerEngine()
     rows = []
@@ -71,10 +72,12 @@ def time_generation(model: GPT, prompt: torch.Tensor, length: int, reps: int, wa
     for rep in range(reps):
         tokens = {}
         for mode in _mode_order(rep):
+            eager_calls = eager_call_counter(engine)
             result, ms = timed_ms(lambda m=mode: generate(model, prompt, length, use_cache=m == "cache",
                                                           engine=engine), device)
             tokens[mode] = result.tokens
-            rows.append({"rep": rep, "mode": mode, "total_ms": ms, "ms_per_token": ms / length})
+            rows.append({"rep": rep, "mode": mode, "total_ms": ms, "ms_per_token": ms / length,
+                         "eager_calls": eager_calls()})
             bar.update()
         same = bool(torch.equal(tokens["cache"], tokens["no_cache"]))
         for row in rows[-2:]:
@@ -122,7 +125,7 @@ def _cached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, position
     last one, attending over `positions` keys, exactly like a step of a cached generation."""
     session = engine.open(model, sequence.size(0), positions)
     if positions > 1:
-        session.forward(sequence[:, : positions - 1], 0)
+        session.fill(sequence[:, : positions - 1])
     token = sequence[:, positions - 1: positions].clone()  # its own row: the timed step never copies it
     return (lambda: session.forward(token, positions - 1)), session.close
 
@@ -140,7 +143,9 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
     sequence: (1, >= max(positions)) tokens to run on. One row per (rep, mode, positions). Each
     (rep, positions, mode) fills its cache once and times its step as a decode loop runs it, in a
     burst (core/timing.burst_median_ms); the `warmup` reps before run each step once, untimed, so
-    that a compiled engine loads its packages outside them.
+    that a compiled engine loads its packages outside them. eager_calls counts the forwards of a row's
+    own work that ran eagerly: its cache fill (on the compiled engine, eager unless its length has a
+    package) and every call of its burst.
     """
     engine = engine or EagerEngine()
     if max(positions) > sequence.size(1):
@@ -152,15 +157,17 @@ def time_steps(model: GPT, sequence: torch.Tensor, positions: list[int], reps: i
         for n in positions:
             for mode in _mode_order(rep + n):
                 make_step = _cached_step_fn if mode == "cache" else _uncached_step_fn
+                eager_calls = eager_call_counter(engine)
                 step, close = make_step(engine, model, sequence, n)
                 try:
                     if rep < 0:
                         step()
-                    else:
-                        rows.append({"rep": rep, "mode": mode, "positions": n,
-                                     "step_ms": burst_median_ms(step, device)})
+                        continue
+                    step_ms = burst_median_ms(step, device)
                 finally:
                     close()
+                rows.append({"rep": rep, "mode": mode, "positions": n, "step_ms": step_ms,
+                             "eager_calls": eager_calls()})
             bar.update()
     bar.close()
     table = pd.DataFrame(rows)
@@ -233,7 +240,7 @@ def operator_share(events, label: str = STEP_LABEL) -> tuple[pd.DataFrame, pd.Da
         raise ValueError(f"no profiled step named {label!r} among the events")
     steps = pd.DataFrame(steps)
     steps["op_share"] = steps["op_ms"] / steps["wall_ms"]
-    return steps, pd.DataFrame(ops)
+    return steps, pd.DataFrame(ops, columns=["step", "op", "op_ms"])  # none under a package's step
 
 
 def _total_ms(events) -> float:
@@ -290,21 +297,28 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
     One row per top operator (by time per step); the step-level columns (medians over the
     profiled steps) repeat on every row. unprofiled_step_ms times the same step without the
     profiler, whose own bookkeeping inflates wall_ms. On the compiled engine the STEP_SPLIT_COLUMNS
-    say where a step's time goes (`compiled_step_split`); they are NaN on eager.
+    say where a step's time goes (`compiled_step_split`); they are NaN on eager. eager_calls counts the
+    forwards `engine` ran eagerly for these rows (the cache fill, the unprofiled and the profiled steps;
+    the split's twin engine keeps its own count).
     """
     engine = engine or EagerEngine()
+    counted = eager_call_counter(engine)
     step, close = _cached_step_fn(engine, model, sequence, positions)
     try:
         unprofiled = timed_calls_ms(step, steps, BURST_WARMUP, device)
         events = _profiled_steps(step, steps, device)
     finally:
         close()
+    eager_calls = counted()
     split = _compiled_split(engine, model, sequence, positions, steps, device)
     per_step, ops = operator_share(events)
     n = len(per_step)
     top_ops = (ops.groupby("op").agg(calls=("op_ms", "size"), total_ms=("op_ms", "sum")).reset_index()
                .assign(calls_per_step=lambda d: d["calls"] / n, ms_per_step=lambda d: d["total_ms"] / n)
                .sort_values("ms_per_step", ascending=False).head(top).reset_index(drop=True))
+    if top_ops.empty:  # a package's step calls no operator the profiler sees: one row keeps the step's columns
+        top_ops = pd.DataFrame({"op": ["(none: the step ran inside its package)"], "calls_per_step": [0.0],
+                                "ms_per_step": [0.0]})
     wall_ms = float(per_step["wall_ms"].median())
     return pd.DataFrame({
         "rank": np.arange(1, len(top_ops) + 1), "op": top_ops["op"],
@@ -315,6 +329,6 @@ def profile_cached_step(model: GPT, sequence: torch.Tensor, positions: int, step
         "op_share": float(per_step["op_share"].median()),
         "outside_share": 1.0 - float(per_step["op_share"].median()),
         "top_level_ops_per_step": float(per_step["top_level_ops"].median()),
-        "unprofiled_step_ms": statistics.median(unprofiled), **split,
+        "unprofiled_step_ms": statistics.median(unprofiled), **split, "eager_calls": eager_calls,
         **engine_columns(engine),
     })

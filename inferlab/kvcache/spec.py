@@ -15,7 +15,7 @@ SPEC = Spec(
     name="kvcache",
     tables=(
         Table("kv_timings", "kvcache_summary", "timings", "KV cache: every timed generation",
-              reads=("engine", "same_output"), reads_if_present=("contended",), timed=True),
+              reads=("engine", "same_output"), reads_if_present=("contended", "eager_calls"), timed=True),
         Table("kv_summary", "kvcache_summary", "summary", "KV cache: timings per engine, length and mode",
               reads=("engine", "length", "mode", "speed_ratio", "speed_ratio_min", "speed_ratio_max",
                      "ms_per_token_median"), reads_if_present=("engine_used", "contended"), timed=True),
@@ -33,6 +33,8 @@ SPEC = Spec(
         Table("engine_bench", None, "reports/reference/engine-bench.parquet",
               "Engine variants: ms per cached forward by model, rows and variant "
               "(tools/bench_engine.py, not this run)"),
+        Table("engine_calls", None, "reports/reference/engine-bench-calls.parquet",
+              "Engine call paths: µs per call over the package's own loader (tools/bench_engine.py, not this run)"),
     ),
     metrics=(
         Metric("speed_ratio", "kv_summary", "speed_ratio", "{length}", "x",
@@ -69,6 +71,8 @@ SPEC = Spec(
         "context_tokens": "context (tokens)",
         "mode": "mode", "speed_ratio": "speed ratio (×)", "fit_a_ms": "fit: fixed cost a (ms)",
         "fit_b_ms_per_position": "fit: per-position cost b (ms)",
+        "eager_calls": "eager calls (forwards run op by op)",
+        "eager_calls_steps": "eager calls in the step probes",
     },
     figures={"kvcache_ratio": Figure(
         "KV cache: speed ratio vs generated length", "1 KV cache",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from inferlab.core.engine_rows import EAGER_CALLS, sum_known, total_eager_calls
 from inferlab.kvcache.flops import flop_estimate_ratio, generation_flops
 
 if TYPE_CHECKING:
@@ -59,8 +60,10 @@ def summarize_timings(timings: pd.DataFrame) -> pd.DataFrame:
     """Median/min/max per (length, mode); the speed ratio repeats on both rows of a length.
 
     speed_ratio is the median of the per-rep ratios (each pair ran back to back);
-    ratio_of_medians is median(no_cache)/median(cache), for reference.
+    ratio_of_medians is median(no_cache)/median(cache), for reference. eager_calls is the total of the
+    reps' forwards that ran eagerly (NaN for timings from before that count).
     """
+    counted = EAGER_CALLS in timings.columns
     stats = (timings.groupby(["length", "mode"])
              .agg(reps=("rep", "nunique"),
                   total_ms_median=("total_ms", "median"), total_ms_min=("total_ms", "min"),
@@ -68,8 +71,11 @@ def summarize_timings(timings: pd.DataFrame) -> pd.DataFrame:
                   ms_per_token_median=("ms_per_token", "median"), ms_per_token_min=("ms_per_token", "min"),
                   ms_per_token_max=("ms_per_token", "max"),
                   same_output_all=("same_output", "all"),
-                  kv_bytes_per_token=("kv_bytes_per_token", "first"))
+                  kv_bytes_per_token=("kv_bytes_per_token", "first"),
+                  **({EAGER_CALLS: (EAGER_CALLS, sum_known)} if counted else {}))
              .reset_index())
+    if not counted:
+        stats[EAGER_CALLS] = np.nan
     ratios = (paired_ratios(timings).groupby("length")["speed_ratio"]
               .agg(speed_ratio="median", speed_ratio_min="min", speed_ratio_max="max").reset_index())
     medians = stats.pivot(index="length", columns="mode", values="total_ms_median")
@@ -84,7 +90,8 @@ def fit_table(timings: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame,
     The main fit uses the single-step probe (uncached passes timed at several sequence
     lengths, every rep a point); a second fit from whole-generation totals is a cross-check.
     The measured times and ratio belong to `summary` (summarize_timings); they are read from
-    it, not stored again, so each number lives in one table.
+    it, not stored again, so each number lives in one table. eager_calls_steps is the total of the
+    step probes' forwards that ran eagerly (NaN for probes from before that count).
     """
     prompt_len = int(timings["prompt_tokens"].iloc[0])
     uncached = steps[steps["mode"] == "no_cache"]
@@ -93,6 +100,7 @@ def fit_table(timings: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame,
     a_c, b_c, r2_c = fit_line(cached["positions"], cached["step_ms"])
     no_cache = timings[timings["mode"] == "no_cache"]
     a_t, b_t, r2_t = fit_totals(no_cache["length"], no_cache["total_ms"], prompt_len)
+    steps_eager_calls = total_eager_calls(steps)
     rows = []
     for length, group in summary.groupby("length"):
         by_mode = group.set_index("mode")
@@ -111,5 +119,6 @@ def fit_table(timings: pd.DataFrame, summary: pd.DataFrame, steps: pd.DataFrame,
             "flop_estimate_ratio": flop_estimate_ratio(config, prompt_len, int(length)),
             "cache_flops_per_token": generation_flops(config, prompt_len, int(length), True) / length,
             "no_cache_flops_per_token": generation_flops(config, prompt_len, int(length), False) / length,
+            "eager_calls_steps": steps_eager_calls,
         })
     return pd.DataFrame(rows)

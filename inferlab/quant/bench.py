@@ -18,7 +18,8 @@ from typing import TextIO
 import torch
 from torch import nn
 
-from inferlab.core.engine import Engine, make_engine
+from inferlab.core.engine import EagerEngine, Engine, make_engine
+from inferlab.core.engine_rows import eager_call_counter
 from inferlab.core.evaluation import evaluate_against_reference
 from inferlab.core.generate import generate
 from inferlab.core.timing import timed_ms
@@ -61,7 +62,8 @@ def run_scheme(reference: nn.Module, scheme_name: str, val_ids: torch.Tensor, tr
     gptq: config's quantization.gptq {calibration_windows, damp, block_size, seed}; required by
     methods that calibrate, which take no defaults of their own.
     engines: the decode engines the speed is timed on; eager's columns have no suffix, every other
-    engine's columns end in _<engine> (fp32 and kernel model always on the same engine).
+    engine's columns end in _<engine> (fp32 and kernel model always on the same engine). Among them
+    eager_calls (eager_calls_compiled, ...): the forwards of that engine's timed decodes that ran eagerly.
     graph_dirs: where the compiled engine finds the packages of fp32 and the kernel model
     (build_speed_graphs); with none it compiles them itself, in a directory of its own.
     """
@@ -139,7 +141,8 @@ def build_speed_graphs(reference: nn.Module, scheme_name: str | None, train_ids:
     time_decode(model, prompt, new_tokens, engine)
 
 
-SPEED_COLUMNS = ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32", "greedy_agreement_vs_fp32")
+# eager_calls: the model forwards of the timed decodes (fp32's and the kernel model's) that ran eagerly
+SPEED_COLUMNS = ("fp32_ms_per_token", "ms_per_token", "speedup_vs_fp32", "greedy_agreement_vs_fp32", "eager_calls")
 
 
 def engine_suffix(engine_name: str) -> str:
@@ -157,9 +160,11 @@ def time_decode(model: nn.Module, prompt: torch.Tensor, new_tokens: int,
 def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Tensor,
                          new_tokens: int, reps: int, engine: Engine | None = None) -> dict:
     """Median ms/token of fp32 and kernel decode on one engine, interleaved rep by rep so drift
-    hits both alike."""
+    hits both alike; eager_calls counts the forwards of the timed decodes that ran eagerly."""
+    engine = engine or EagerEngine()
     for model in (reference, fast):  # warm-up: first-call allocation, kernel dispatch, package loads
         time_decode(model, prompt, new_tokens, engine)
+    eager_calls = eager_call_counter(engine)
     ref_ms, fast_ms = [], []
     for _ in range(reps):
         ms, ref_tokens = time_decode(reference, prompt, new_tokens, engine)
@@ -171,4 +176,5 @@ def measure_decode_speed(reference: nn.Module, fast: nn.Module, prompt: torch.Te
     return {"fp32_ms_per_token": fp32_median, "ms_per_token": fast_median,
             "speedup_vs_fp32": fp32_median / fast_median,
             "fp32_ms_per_token_reps": ref_ms, "ms_per_token_reps": fast_ms,
-            "greedy_agreement_vs_fp32": float((new_ref == new_fast).float().mean())}
+            "greedy_agreement_vs_fp32": float((new_ref == new_fast).float().mean()),
+            "eager_calls": eager_calls()}

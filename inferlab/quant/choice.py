@@ -32,8 +32,12 @@ def _speed_sentence(summary: pd.DataFrame) -> str:
 
     def on_engine(row: dict, suffix: str) -> str:
         label = f" on {suffix[1:]}" if suffix else ""
+        # a compiled engine's decodes with forwards that ran eagerly say how many (every forward does on eager;
+        # rows from before the count say nothing)
+        eager_calls = row.get("eager_calls" + suffix, math.nan) if suffix else math.nan
+        calls = "" if pd.isna(eager_calls) else f"; {int(eager_calls)} eager calls"
         return (f"{row['ms_per_token' + suffix]:.2f} vs fp32 {row['fp32_ms_per_token' + suffix]:.2f} ms/token"
-                f"{label} ({row['speedup_vs_fp32' + suffix]:.2f}x)")
+                f"{label} ({row['speedup_vs_fp32' + suffix]:.2f}x{calls})")
 
     parts = [f"{row['scheme']} " + ", ".join(on_engine(row, suffix) for suffix in ["", *engines])
              for row in timed.to_dict("records")]

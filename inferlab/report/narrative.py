@@ -182,6 +182,21 @@ def _judged(m) -> bool:
     return is_dataclass(m.evidence) and m.id in _RENDER
 
 
+def _eager_calls(m) -> tuple[str, bool] | None:
+    """The count of forwards that ran eagerly in the milestone's compiled rows, and whether it is a caveat (some
+    did); None where its tables do not count them (no compiled rows, or tables from before the count)."""
+    counted = getattr(getattr(m.evidence, "timing", None), "eager_calls", None)
+    if counted is None:
+        return None
+    later = f"; {fmt(counted.uncounted)} compiled rows predate the count" if counted.uncounted else ""
+    if counted.calls == 0:
+        text = f"compiled rows: 0 eager calls in {fmt(counted.rows)} rows (every forward ran as a package)"
+    else:
+        text = (f"compiled rows: {fmt(counted.calls)} eager calls in {fmt(counted.rows_with)} of {fmt(counted.rows)} "
+                "rows (their forwards ran op by op, outside any compiled package, inside the timed work)")
+    return text + later, counted.calls > 0
+
+
 def caveats(m) -> list[str]:
     """What the verdict's numbers must be read with; the experiment's section lists them under its verdict."""
     ev, out = m.evidence, []
@@ -197,6 +212,9 @@ def caveats(m) -> list[str]:
                    "do not compare with an idle run; the other rows' jobs had the machine to themselves")
     if caveat is not None and len(caveat.nodes) > 1:
         out.append(f"not comparable (different nodes): the timings ran on {', '.join(caveat.nodes)}")
+    eager = _eager_calls(m)
+    if eager is not None and eager[1]:
+        out.append(eager[0])
     if m.id == "M2" and ev.chosen is not None and not ev.rule_satisfied:
         out.append("finding: no cell met the rule's threshold (the in-corpus share floor), so the default is the "
                    "rule's fallback, the cell with the highest in-corpus share")
@@ -207,6 +225,13 @@ def caveats(m) -> list[str]:
     if m.id == "M4" and not ev.floor_reliable:
         out.append(f"the noise floor is unreliable ({ev.floor_note}), so read 'below the floor' with care")
     return out
+
+
+def notes(m) -> list[str]:
+    """What was counted and found clean, said under the caveats so a reader sees it was checked: here, no
+    forward of the compiled rows ran eagerly."""
+    eager = _eager_calls(m) if _judged(m) else None
+    return [eager[0]] if eager is not None and not eager[1] else []
 
 
 def _closing(m) -> str:
@@ -286,6 +311,7 @@ def verdict_blocks(m) -> list[tuple]:
     if table is not None:
         blocks.append(("table", table, f"What {m.id} checked: ours against each limit"))
     blocks += [("note", f"Caveat: {text}.") for text in caveats(m)]
+    blocks += [("note", f"Note: {text}.") for text in notes(m)]
     said = statements(m)
     return blocks + ([("details", "The rules, as the jobs state them", [("note", text) for text in said])]
                      if said else [])

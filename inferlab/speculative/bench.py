@@ -15,12 +15,19 @@ import torch
 from tqdm import tqdm
 
 from inferlab.core.engine import EagerEngine, Engine
-from inferlab.core.engine_rows import engine_columns
+from inferlab.core.engine_rows import eager_call_counter, engine_columns
 from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.timing import BURST_WARMUP, burst_median_ms, settle_heap, timed_calls_ms, timed_ms
-from inferlab.speculative.decode import SamplingSettings, autoregressive_decode, draft_half_call, speculative_decode
-from inferlab.speculative.forwards import forward_calls, forward_timing_context
+from inferlab.speculative.decode import (
+    SamplingSettings,
+    autoregressive_decode,
+    draft_half_call,
+    fused_rounds,
+    sampled_steps,
+    speculative_decode,
+)
+from inferlab.speculative.forwards import forward_calls, forward_timing_context, open_sessions_of
 from inferlab.speculative.fused import draft_forward_form
 
 
@@ -32,6 +39,7 @@ def _bar(total: int, desc: str, progress_file: TextIO | None) -> tqdm:
 def _speculative_run(target: GPT, draft: GPT, prompt: dict, seed: int, new_tokens: int, k: int,
                      settings: SamplingSettings, engine: Engine) -> dict:
     generator = torch.Generator().manual_seed(seed)
+    eager_calls = eager_call_counter(engine)
     result, wall_ms = timed_ms(partial(speculative_decode, target, draft, prompt["ids"], new_tokens, k, settings,
                                        generator, engine=engine))
     s = result.stats
@@ -42,7 +50,7 @@ def _speculative_run(target: GPT, draft: GPT, prompt: dict, seed: int, new_token
             "accepted": s.accepted, "generated": s.generated,
             "overlap_sum": s.overlap_sum, "overlap_sum_drafted": s.overlap_sum_drafted,
             "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens, "prefill_ms": s.prefill_ms,
-            "accepted_per_round": s.accepted_per_round,
+            "accepted_per_round": s.accepted_per_round, "eager_calls": eager_calls(),
             "new_token_ids": result.new_tokens(len(prompt["ids"]))}
 
 
@@ -50,12 +58,13 @@ def _target_only_run(target: GPT, prompt: dict, seed: int, new_tokens: int, sett
                      engine: Engine) -> dict:
     generator = torch.Generator().manual_seed(seed)
     timings: dict[str, float] = {}
+    eager_calls = eager_call_counter(engine)
     tokens, wall_ms = timed_ms(partial(autoregressive_decode, target, prompt["ids"], new_tokens, settings,
                                        generator, engine=engine, timings=timings))
     return {"prompt_index": prompt["prompt_index"], "prompt": prompt["prompt"],
             "prompt_tokens": len(prompt["ids"]), "seed": seed, "new_tokens": new_tokens,
             "target_forwards": new_tokens, "wall_ms": wall_ms, "ms_per_token": wall_ms / new_tokens,
-            "prefill_ms": timings["prefill_ms"],
+            "prefill_ms": timings["prefill_ms"], "eager_calls": eager_calls(),
             "new_token_ids": tokens[0, len(prompt["ids"]):].tolist()}
 
 
@@ -77,19 +86,27 @@ def _run_each_once(decoders: dict, prompt: dict) -> None:
 
 def build_target_only_graphs(target: GPT, prompts: list[dict], new_tokens: int, settings: SamplingSettings,
                              engine: Engine) -> None:
-    """Runs target-only sampling once over every prompt (each context bucket a decode crosses is a
-    graph of its own): on an engine that builds, that builds the packages every group's baseline runs."""
+    """Runs target-only sampling once over every prompt, and binds its step in every context bucket a decode
+    of any seed can reach: on an engine that builds, that builds the packages every group's baseline runs."""
     for prompt in prompts:
         _target_only_run(target, prompt, 0, new_tokens, settings, engine)
+        with open_sessions_of(engine, [target], len(prompt["ids"]) + new_tokens) as (session,):
+            steps = sampled_steps(engine, session, settings)
+            steps.bind_every_bucket(len(prompt["ids"]), len(prompt["ids"]) + new_tokens - 1)
 
 
 def build_group_graphs(target: GPT, draft: GPT, prompts: list[dict], new_tokens: int, k: int,
                        settings: SamplingSettings, engine: Engine) -> None:
-    """Runs once everything a group job runs on `engine`: each decoder over every prompt (each context
-    bucket a decode crosses is a graph of its own), greedy identity and the forward timing."""
+    """Runs once everything a group job runs on `engine`: each decoder over every prompt, a round in every
+    context bucket a decode of any seed can reach (each bucket is a graph of its own), greedy identity and
+    the forward timing."""
     decoders = _decoders(target, draft, new_tokens, k, settings, engine)
     for prompt in prompts:
         _run_each_once(decoders, prompt)
+        first, length = len(prompt["ids"]), len(prompt["ids"]) + new_tokens + k
+        with open_sessions_of(engine, [target, draft], length) as (target_session, draft_session):
+            rounds = fused_rounds(engine, target_session, draft_session, k, settings)
+            rounds.bind_every_bucket(max(first, 2) + k, first + new_tokens - 1 + k)
     run_greedy_identity(target, draft, prompts, new_tokens, k, engine=engine)
     run_forward_timing(target, draft, forward_timing_context(prompts, new_tokens), k, 0, engine=engine,
                        settings=settings)
@@ -130,12 +147,15 @@ def run_group(target: GPT, draft: GPT, prompts: list[dict], seeds: list[int], ne
 
 def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens: int, k: int,
                         engine: Engine | None = None) -> pd.DataFrame:
-    """Speculative greedy on `engine` against the eager target-only greedy decoder, token for token."""
+    """Speculative greedy on `engine` against the eager target-only greedy decoder, token for token;
+    eager_calls counts the forwards of the speculative decode that ran eagerly on `engine` (the reference
+    decodes on an eager engine of its own)."""
     engine = engine or EagerEngine()
     rows = []
     for prompt in prompts:
         ids = prompt["ids"]
         reference = generate(target, torch.tensor([ids]), new_tokens).new_tokens(len(ids))[0].tolist()
+        eager_calls = eager_call_counter(engine)
         result = speculative_decode(target, draft, ids, new_tokens, k, SamplingSettings(greedy=True), engine=engine)
         produced = result.new_tokens(len(ids))
         mismatches = [i for i, (a, b) in enumerate(zip(produced, reference, strict=True)) if a != b]
@@ -143,7 +163,7 @@ def run_greedy_identity(target: GPT, draft: GPT, prompts: list[dict], new_tokens
                      "n_tokens": new_tokens, "identical": not mismatches,
                      "first_mismatch": mismatches[0] if mismatches else -1,
                      "rounds": result.stats.rounds, "proposed": result.stats.proposed,
-                     "accepted": result.stats.accepted})
+                     "accepted": result.stats.accepted, "eager_calls": eager_calls()})
     return pd.DataFrame(rows).assign(**engine_columns(engine))
 
 
@@ -157,7 +177,7 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
     Each model has one session, prefilled once, and each case is warmed up.
     Each rep runs every case in turn as a burst (core/timing.burst_median_ms: untimed calls, then
     timed ones back to back, whose median it keeps); interleaved so a slow stretch of the machine hits all
-    of them alike.
+    of them alike. A row's eager_calls counts the forwards of its burst that ran eagerly.
     """
     engine = engine or EagerEngine()
     settings = settings or SamplingSettings()
@@ -169,13 +189,14 @@ def run_forward_timing(target: GPT, draft: GPT, context: int, k: int, reps: int,
         forms = {}
         if engine.runs_fused_rounds:
             draft_half = sessions.enter_context(draft_half_call(draft, context, k, settings, engine))
-            cases.append(("draft_half", k, draft_half))
+            cases.append(("draft_half", k, lambda: draft_half().tolist()))
             forms["draft_half"] = draft_forward_form(k)
         for _, _, call in cases:  # each case's first call loads (or, on an engine that builds, builds) its package
             timed_calls_ms(call, 0, warmup=BURST_WARMUP)
         for rep in range(reps):
             for role, n_tokens, call in cases:
+                eager_calls = eager_call_counter(engine)
                 ms = burst_median_ms(call)
                 rows.append({"k": k, "role": role, "tokens_per_forward": n_tokens, "context": context, "rep": rep,
-                             "forward_ms": ms, "draft_form": forms.get(role)})
+                             "forward_ms": ms, "draft_form": forms.get(role), "eager_calls": eager_calls()})
     return pd.DataFrame(rows).assign(**engine_columns(engine))

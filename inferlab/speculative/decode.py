@@ -119,15 +119,13 @@ def _forward(session, tokens: list[int], start: int) -> torch.Tensor:
     return session.forward(torch.tensor([tokens], dtype=torch.long), start)[0]
 
 
-def _prefill_all_but_last(engine: Engine | None, sessions: list, prompt: list[int]) -> float:
+def _prefill_all_but_last(sessions: list, prompt: list[int]) -> float:
     """Caches the prompt except its last token, which stays pending for the first round; returns the
     ms it took. A decode's wall time includes its prefill, which a round's breakdown names apart; on the
     compiled engine it is a package of its own per prompt length (the compile rules build one for every
     configured prompt), and it is no part of what a round costs."""
     start = time.perf_counter()
     if len(prompt) > 1:
-        if engine is not None:
-            engine.want_token_counts(len(prompt) - 1)
         for session in sessions:
             _forward(session, prompt[:-1], 0)
     return (time.perf_counter() - start) * 1e3
@@ -190,17 +188,59 @@ def _reference_round(target_session, draft_session, seq: list[int], draft_valid:
     return Round(drafts, m, next_token, overlaps)
 
 
-def _fused_round(engine: Engine, target_session, draft_session, seq: list[int], k: int,
-                 settings: SamplingSettings, generator: torch.Generator | None) -> Round:
+class FusedCalls:
+    """A decode's fused graph (a round, or target-only sampling's step) on the compiled engine, bound once per
+    context bucket (CompiledEngine.bind) to input tensors of its own, which each call writes in place: a call
+    then costs its loader's and nothing else. The host-side inputs are written through numpy views."""
+
+    def __init__(self, engine: Engine, fn, models: tuple[GPT, ...], label: str, caches: tuple,
+                 inputs: dict[str, torch.Tensor], settings: SamplingSettings):
+        self.engine, self.fn, self.models, self.label, self.caches = engine, fn, models, label, caches
+        self.inputs = inputs
+        self.host = {name: tensor.numpy() for name, tensor in inputs.items()}
+        self.settings = (torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p))
+        self.max_seq_len = models[0].config.max_seq_len
+        self._bound: dict[int, object] = {}
+
+    def __call__(self, end: int) -> torch.Tensor:
+        """The graph over the bucket that holds position end - 1, on the inputs as they are now."""
+        bound = self._bound.get(context_bucket(end, self.max_seq_len))
+        return (bound or self.bind(end))()
+
+    def bind(self, end: int):
+        """The bound call over the bucket that holds position end - 1 (binding runs nothing: on an engine
+        that builds, it builds the package)."""
+        context = context_bucket(end, self.max_seq_len)
+        if context not in self._bound:
+            self._bound[context] = self.engine.bind(self.fn, self.models, f"{self.label}:S{context}", *self.caches,
+                                                    *self.inputs.values(), *self.settings, context)
+        return self._bound[context]
+
+    def bind_every_bucket(self, first_end: int, last_end: int) -> None:
+        """Binds the buckets of every end from first_end to last_end: all a decode can reach, whatever its
+        seed, so that the compile rules build them all."""
+        for end in range(first_end, last_end + 1):
+            self.bind(end)
+
+
+def fused_rounds(engine: Engine, target_session, draft_session, k: int, settings: SamplingSettings) -> FusedCalls:
+    """speculative_round bound for one decode: inputs last_two (1, 2), n (1,), uniforms (2k + 1,)."""
+    inputs = {"last_two": torch.zeros(1, 2, dtype=torch.long), "n": torch.zeros(1, dtype=torch.long),
+              "uniforms": torch.zeros(2 * k + 1)}
+    return FusedCalls(engine, speculative_round, (target_session.model, draft_session.model),
+                      f"round:{model_label(draft_session.model)}:k{k}",
+                      ((target_session.k_caches, target_session.v_caches),
+                       (draft_session.k_caches, draft_session.v_caches)), inputs, settings)
+
+
+def _fused_round(rounds: FusedCalls, seq: list[int], k: int, settings: SamplingSettings,
+                 generator: torch.Generator | None) -> Round:
     """The same round as one compiled graph (inferlab.speculative.fused), one host sync."""
-    target, draft = target_session.model, draft_session.model
-    context = context_bucket(len(seq) + k, target.config.max_seq_len)
-    out = engine.call(speculative_round, (target, draft), f"round:{model_label(draft)}:k{k}:S{context}",
-                      (target_session.k_caches, target_session.v_caches),
-                      (draft_session.k_caches, draft_session.v_caches),
-                      torch.tensor([seq[-2:]]), torch.tensor([len(seq)]),
-                      torch.rand(2 * k + 1, generator=generator), torch.tensor(settings.greedy),
-                      float(settings.temperature), float(settings.top_p), context).tolist()
+    host = rounds.host
+    host["last_two"][0] = seq[-2:]
+    host["n"][0] = len(seq)
+    torch.rand(2 * k + 1, generator=generator, out=rounds.inputs["uniforms"])
+    out = rounds(len(seq) + k).tolist()
     m = int(out[k])
     return Round([int(t) for t in out[:k]], m, int(out[k + 1]), [] if settings.greedy else out[k + 2:])
 
@@ -231,17 +271,16 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         # one context bucket slices both models' caches inside the round's graph
         raise ValueError(f"a fused round needs the draft's context ({draft.config.max_seq_len}) to equal the "
                          f"target's ({target.config.max_seq_len}); run this pair on the eager engine")
-    if engine is not None and not (fused and len(prompt) >= 2):
-        engine.want_token_counts(1, 2, k + 1)  # the reference round's steps (fused: a one-token prompt's first)
     target_session, draft_session = sessions = open_sessions(engine, [target, draft], len(prompt) + max_new_tokens + k)
     try:
-        stats = SpeculativeStats(prefill_ms=_prefill_all_but_last(engine, sessions, prompt))
+        stats = SpeculativeStats(prefill_ms=_prefill_all_but_last(sessions, prompt))
+        rounds = fused_rounds(engine, target_session, draft_session, k, settings) if fused else None
         seq = list(prompt)
         draft_valid = len(seq) - 1
         while len(seq) - len(prompt) < max_new_tokens:
             n = len(seq)
             if fused and n >= 2:
-                step = _fused_round(engine, target_session, draft_session, seq, k, settings, generator)
+                step = _fused_round(rounds, seq, k, settings, generator)
             else:
                 step = _reference_round(target_session, draft_session, seq, draft_valid, k, settings,
                                         generator, trace)
@@ -267,17 +306,23 @@ def speculative_decode(target: GPT, draft: GPT, prompt: list[int], max_new_token
         close_sessions(sessions)
 
 
-def _next_token(engine: Engine | None, session, seq: list[int], settings: SamplingSettings,
+def sampled_steps(engine: Engine, session, settings: SamplingSettings) -> FusedCalls:
+    """sampled_step bound for one decode: inputs token (1, 1), position (1,), uniform ()."""
+    inputs = {"token": torch.zeros(1, 1, dtype=torch.long), "position": torch.zeros(1, dtype=torch.long),
+              "uniform": torch.zeros(())}
+    return FusedCalls(engine, sampled_step, (session.model,), f"step:{model_label(session.model)}",
+                      ((session.k_caches, session.v_caches),), inputs, settings)
+
+
+def _next_token(steps: FusedCalls | None, session, seq: list[int], settings: SamplingSettings,
                 generator: torch.Generator | None) -> int:
     """Target-only decoding's step: one forward and its draw, fused into one graph on an engine
-    that runs fused rounds, so the baseline pays the same per-call costs as the rounds."""
-    if engine is not None and engine.runs_fused_rounds:
-        context = context_bucket(len(seq), session.model.config.max_seq_len)
-        return int(engine.call(sampled_step, (session.model,), f"step:{model_label(session.model)}:S{context}",
-                               (session.k_caches, session.v_caches), torch.tensor([[seq[-1]]]),
-                               torch.tensor([len(seq) - 1]), torch.rand((), generator=generator),
-                               torch.tensor(settings.greedy), float(settings.temperature),
-                               float(settings.top_p), context))
+    that runs fused rounds (steps), so the baseline pays the same per-call costs as the rounds."""
+    if steps is not None:
+        steps.host["token"][0, 0] = seq[-1]
+        steps.host["position"][0] = len(seq) - 1
+        torch.rand((), generator=generator, out=steps.inputs["uniform"])
+        return int(steps(len(seq)))
     logits = _forward(session, [seq[-1]], len(seq) - 1)[-1]
     if settings.greedy:
         return int(logits.argmax())
@@ -294,12 +339,14 @@ def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
     a `timings` dict receives the prefill's ms under "prefill_ms"."""
     sessions = open_sessions(engine, [model], len(prompt) + max_new_tokens)
     try:
-        prefill_ms = _prefill_all_but_last(engine, sessions, prompt)
+        prefill_ms = _prefill_all_but_last(sessions, prompt)
         if timings is not None:
             timings["prefill_ms"] = prefill_ms
         seq = list(prompt)
+        steps = sampled_steps(engine, sessions[0], settings) if engine is not None and engine.runs_fused_rounds \
+            else None
         for _ in range(max_new_tokens):
-            seq.append(_next_token(engine, sessions[0], seq, settings, generator))
+            seq.append(_next_token(steps, sessions[0], seq, settings, generator))
         return torch.tensor([seq])
     finally:
         close_sessions(sessions)
@@ -311,7 +358,8 @@ def autoregressive_decode(model: GPT, prompt: list[int], max_new_tokens: int,
 def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings, engine: Engine | None = None):
     """A fused round's draft half after `context` tokens, as a call to time: its k draft steps and
     draws as one graph (inferlab.speculative.fused.proposals_only), so what the round pays for its
-    drafts without a call per step. Only on an engine that runs fused rounds."""
+    drafts without a call per step; it returns the k tokens as a float tensor. Only on an engine that
+    runs fused rounds."""
     if engine is None or not engine.runs_fused_rounds:
         raise ValueError("a round's draft half is its own graph only on an engine that runs fused rounds")
     # a round finds the draft valid up to n - 3
@@ -322,5 +370,5 @@ def draft_half_call(draft: GPT, context: int, k: int, settings: SamplingSettings
         args = (caches, own_rows(ids[:, context - 2:]), torch.tensor([context]), torch.rand(2 * k + 1, generator=gen),
                 torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p), bucket)
         label = f"draft_half:{model_label(draft)}:k{k}:S{bucket}"
-        yield lambda: engine.call(proposals_only, (draft,), label, *args).tolist()
+        yield engine.bind(proposals_only, (draft,), label, *args)
 

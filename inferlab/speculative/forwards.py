@@ -9,7 +9,7 @@ from functools import partial
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine import EagerEngine, Engine, own_rows
 from inferlab.core.model import GPT
 from inferlab.corpus.prompt import encode_prompt
 from inferlab.corpus.text import Vocabulary
@@ -42,18 +42,25 @@ def close_sessions(sessions: list) -> None:
 
 
 @contextmanager
+def open_sessions_of(engine: Engine | None, models: list[GPT], length: int):
+    """open_sessions, closed when the block ends."""
+    sessions = open_sessions(engine, models, length)
+    try:
+        yield sessions
+    finally:
+        close_sessions(sessions)
+
+
+@contextmanager
 def prefilled_session(engine: Engine | None, model: GPT, n_ids: int, prefill: int, capacity: int | None = None):
     """A session of `model` whose cache holds the first `prefill` of n_ids seeded random tokens;
     yields (session, ids, the generator that drew them, to draw more from the same stream)."""
-    sessions = open_sessions(engine, [model], capacity or n_ids)
-    try:
+    with open_sessions_of(engine, [model], capacity or n_ids) as (session,):
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(model.config.vocab_size, (1, n_ids), generator=gen)
         if prefill:
-            sessions[0].forward(ids[:, :prefill], 0)
-        yield sessions[0], ids, gen
-    finally:
-        close_sessions(sessions)
+            session.fill(ids[:, :prefill])
+        yield session, ids, gen
 
 
 @contextmanager
@@ -64,10 +71,8 @@ def forward_calls(model: GPT, context: int, token_counts: tuple[int, ...], engin
     slots from `context` on, and attends only up to its own positions.
 
     n_tokens=1 is a decode step (the cost c is a ratio of these); n_tokens=k+1 is a verification."""
-    if engine is not None:
-        engine.want_token_counts(*token_counts)
     with torch.no_grad(), prefilled_session(engine, model, context + max(token_counts), context) as (session, ids, _):
-        yield {n: partial(session.forward, ids[:, context:context + n], context) for n in token_counts}
+        yield {n: partial(session.forward, own_rows(ids[:, context:context + n]), context) for n in token_counts}
 
 
 def build_forward_graphs(model: GPT, prompts: list[dict], new_tokens: int, token_counts: tuple[int, ...],
@@ -79,8 +84,5 @@ def build_forward_graphs(model: GPT, prompts: list[dict], new_tokens: int, token
         for call in calls.values():
             call()
     for ids in (prompt["ids"][:-1] for prompt in prompts if len(prompt["ids"]) > 1):
-        engine.want_token_counts(len(ids))
-        with torch.no_grad():
-            sessions = open_sessions(engine, [model], len(ids))
-            sessions[0].forward(torch.tensor([ids], dtype=torch.long), 0)
-            close_sessions(sessions)
+        with torch.no_grad(), open_sessions_of(engine, [model], len(ids)) as (session,):
+            session.forward(torch.tensor([ids], dtype=torch.long), 0)

@@ -20,7 +20,7 @@ SPEC = Spec(
                      "c_time", "speedup_theory_params", "speedup_theory_time", "wall_speedup", "verify_cost_ratio",
                      "c_time_in_round", "compile_s", "packages", "target_step_ms", "c_params",
                      "target_step_bound_ms", "draft_step_bound_ms", "verify_bound_ratio", "job_speeds_differ"),
-              reads_if_present=("contended",), timed=True),
+              reads_if_present=("contended", "eager_calls"), timed=True),
         Table("spec_best", "speculative_summary", "best", "Speculative: best group per criterion",
               reads=("engine", "criterion", "draft", "k", "value", "reason")),
         Table("spec_identity", "speculative_summary", "greedy", "Speculative: greedy identity per case",
@@ -54,7 +54,7 @@ SPEC = Spec(
         "c_time_in_round": "c in a round (time ratio)", "drafts_in_one_graph": "drafts as one graph",
         "speedup_at_bound": "speedup at the roofline (×)", "verify_bound_ratio": "verification at the bound (steps)",
         "runner_up_draft": "runner-up draft", "runner_up_k": "runner-up k", "runner_up_value": "runner-up value",
-        "chosen_group": "chosen group",
+        "chosen_group": "chosen group", "eager_calls": "eager calls (forwards run op by op)",
     },
     figures={"speculative_yield": Figure(
         "Speculative: yield per round and wall-clock speedup, measured vs formula", "3 Speculative",

@@ -12,6 +12,8 @@ import statistics
 import numpy
 import pandas as pd
 
+from inferlab.core.engine_rows import total_eager_calls
+
 
 def expected_tokens_per_round(alpha: float, k: int) -> float:
     """E = (1 - α^(k+1)) / (1 - α): tokens per target forward when each draft is accepted
@@ -92,7 +94,9 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
     is (E - 1) / k instead and is reported as accepted_per_drafted. For k = 1 the measured
     yield is 1 + α by construction, so the formula check only has content for k >= 2.
     The wall-clock speedup pairs rerun r of the group's target-only runs with its rerun r (the
-    group's job timed them interleaved); its median, min and max over r are reported.
+    group's job timed them interleaved); its median, min and max over r are reported. eager_calls is
+    the total of the forwards that ran eagerly in the group's timed rows (every rerun of both decoders
+    and every forward timing; NaN where a table predates that count).
     """
     counted = runs[runs["rep"] == 0]
     # reruns repeat the seeds, so their tokens must repeat too (a check on determinism)
@@ -128,6 +132,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
         # the same ratio for the decoding loops alone, each decoder's prefill taken out of its own rerun
         loop_ratios = ((paired["wall_ms_base"] - paired["prefill_ms_base"])
                        / (paired["wall_ms_spec"] - paired["prefill_ms_spec"]))
+        in_group = [t[(t["draft"] == draft) & (t["k"] == k)] for t in (runs, baseline, forward)]
         spec_wall_ms = float(paired["wall_ms_spec"].median())
         spec_prefill_ms = float(paired["prefill_ms_spec"].median())
         breakdown = round_breakdown(spec_wall_ms, spec_prefill_ms, rec["rounds"], k, draft_ms, verify_ms,
@@ -167,6 +172,7 @@ def summarise(runs: pd.DataFrame, forward: pd.DataFrame, baseline: pd.DataFrame,
             "wall_speedup_without_prefill": float(statistics.median(loop_ratios)),
             "timing_reps": len(ratios),
             "reruns_identical": bool(consistent[(draft, k)]),
+            "eager_calls": total_eager_calls(*in_group),
         })
     table = with_job_speed_spread(with_marginal_draft_step(pd.DataFrame(rows)))
     return table.sort_values(["draft", "k"], ignore_index=True)

@@ -4,7 +4,9 @@
 # rounds, its draft half); Experiment 4's are built by compile_quant (quant.smk). A model's packages
 # do not depend on the round's code (inferlab/speculative/fused.py), so an edit there rebuilds the
 # sampling step, the rounds and what uses them.
-# The timing jobs only load them; each package is built for TIMING_THREADS, the thread count the timing
+# The timing jobs only load them, and refuse one built for another device, thread count or code
+# (inferlab/core/packages.py names the difference); Experiment 1's are built on kvcache.device. Each
+# package is built for TIMING_THREADS, the thread count the timing
 # jobs run with (its C++ loops are blocked for it), while the compile job itself takes one core, so two
 # compile at once. A checkpoint, a setting that shapes a graph or the engine's code that changes reruns
 # the compile and what uses it. Compile time is each rule's benchmark file.
@@ -23,7 +25,7 @@ rule compile_graphs:
         code_sha256=code_hash("graphs_model"),
         timing_threads=TIMING_THREADS,
         # the target runs Experiment 1 and every group's verifications
-        kvcache=lambda w: {key: KV[key] for key in ("prompt", "lengths", "step_points")} if w.model == TARGET else None,
+        kvcache=lambda w: {key: KV[key] for key in ("prompt", "lengths", "step_points", "device")} if w.model == TARGET else None,
         token_counts=lambda w: [1, *(int(k) + 1 for k in SPEC["ks"])] if w.model == TARGET else [1],
         **GRAPH_PROMPTS,
     log:
@@ -37,6 +39,7 @@ rule compile_graphs:
     resources:
         mem_mb=3000,
         runtime=30,
+        gpu=lambda w: KV_GPUS if w.model == TARGET else 0,  # Experiment 1's graphs build on its device
     conda:
         CONDA_ENV
     script:

@@ -5,10 +5,10 @@
 
 from inferlab.experiments import REFERENCE_TABLES, RULE_TABLES, figure_captions, figure_category
 
-# Measured outside the DAG, on a quiet machine, and committed: Experiment 1 quotes it with its own
-# machine stamp; the report runs without it.
-ENGINE_BENCH = REFERENCE_TABLES["engine_bench"].output
-ENGINE_BENCH_COMMAND = f".venv/bin/python tools/bench_engine.py --out {ENGINE_BENCH}"
+# Measured outside the DAG, on a quiet machine, and committed (tools/bench_engine.py writes them all):
+# Experiment 1 quotes them with their own machine stamp, the appendix holds them; the report runs without.
+ENGINE_BENCH_COMMAND = f".venv/bin/python tools/bench_engine.py --out {REFERENCE_TABLES['engine_bench'].output}"
+REFERENCE_INPUTS = {key: table.output for key, table in REFERENCE_TABLES.items() if Path(table.output).exists()}
 
 
 rule report:
@@ -19,7 +19,7 @@ rule report:
         seed_reference="config/seed-reference.json",
         checkpoints=list(BUNDLED_CHECKPOINTS.values()),
         **({"published_metrics": PUBLISHED_METRICS} if REPRODUCE else {}),
-        **({"engine_bench": ENGINE_BENCH} if Path(ENGINE_BENCH).exists() else {}),
+        **REFERENCE_INPUTS,
     output:
         milestones="results/milestones.parquet",   # its rows are the first table of c13-report.html
         html=report("reports/c13-report.html", caption="../report/c13_report.rst", category="Report"),
@@ -40,7 +40,8 @@ rule report:
         figure_captions=figure_captions(),   # read by ../report/figure.rst, the caption of every figure
         target=TARGET,
         producers={key: table.rule for key, table in RULE_TABLES.items()},
-        engine_bench_command=ENGINE_BENCH_COMMAND,
+        reference_tables=list(REFERENCE_INPUTS),
+        reference_command=ENGINE_BENCH_COMMAND,
         # the settings the milestone checks need (expected grid cells, repeat counts)
         settings={key: config[key] for key in ("kvcache", "sampling", "speculative", "quantization", "noise_floor")},
         config=config,   # hashed into the report's provenance section

@@ -6,7 +6,8 @@ the verdict, the headline, the targets table and the findings from that record.
 
 A timing taken while other work loaded the machine is "contended"; a comparison whose timings
 came from different nodes (a cluster executor) is "not comparable (different nodes)". Both are
-evidence fields, stated in the verdict and the stamps, never silently averaged away.
+evidence fields, stated in the verdict and the stamps, never silently averaged away. So is the count of
+forwards that ran eagerly (op by op, outside any package) inside the compiled engine's timed rows.
 """
 
 from __future__ import annotations
@@ -39,11 +40,22 @@ class Target:
 
 
 @dataclass
+class EagerCalls:
+    """The forwards that ran eagerly (op by op, outside any compiled package) inside the compiled engine's
+    timed rows, as the rows' eager_calls columns count them."""
+    calls: int  # in all those rows
+    rows_with: int  # rows with at least one
+    rows: int  # rows counted
+    uncounted: int = 0  # compiled rows without a count (from before the column)
+
+
+@dataclass
 class Timing:
     """The caveats of a milestone's timings."""
     contended: bool = False  # every timed row was measured while other work loaded the machine
     nodes: list[str] = field(default_factory=list)  # more than one: not comparable
     partly_contended: str = ""  # "3 of 24 timed rows": only the rows of the jobs that were contended
+    eager_calls: EagerCalls | None = None  # None: no timed table the milestone reads counts them
 
 
 @dataclass
@@ -124,22 +136,38 @@ def _nodes_of(value, found: set[str]) -> None:
             _nodes_of(inner, found)
 
 
-def timing(data: ReportInputs, stamps: dict, milestone: str) -> Timing:
+def compiled_eager_calls(tables: list[pd.DataFrame]) -> EagerCalls | None:
+    """The eager calls in the compiled engine's rows of these tables (views that read `engine` and
+    `eager_calls`; the others are skipped); None when no table counts them or none has a counted compiled row."""
+    counts = [df.loc[df["engine"] == "compiled", "eager_calls"] for df in tables
+              if {"engine", "eager_calls"} <= set(df.columns)]
+    counts = pd.concat(counts, ignore_index=True) if counts else pd.Series(dtype=float)
+    known = counts.dropna()
+    if known.empty:
+        return None
+    return EagerCalls(int(known.sum()), int((known > 0).sum()), len(known), len(counts) - len(known))
+
+
+def timing(data: ReportInputs, stamps: dict, milestone: str, eager_calls_in: tuple[str, ...] = ()) -> Timing:
     """The caveats of the milestone's timed tables: which rows were contended (each row carries its own job's
-    flag; a table without the column counts as one row, flagged by its provenance), and every node their
-    provenance's machine stamps name (the main stamp and per-job ones). Marks stamps["contended"] only when
-    every timed row was, and stamps["nodes"]."""
-    flags, nodes = [], set()
+    flag; a table without the column counts as one row, flagged by its provenance), every node their
+    provenance's machine stamps name (the main stamp and per-job ones), and the eager calls in the compiled
+    rows of the tables `eager_calls_in` (compiled_eager_calls: the timed rows whose counts the milestone
+    quotes, not a summary of them too). Marks stamps["contended"] only when every timed row was, and
+    stamps["nodes"]."""
+    flags, nodes, views = [], set(), []
     for key in [table.key for table in MILESTONES[milestone].tables if table.timed]:
         df, provenance = data.view(key), data.provenance.get(key, {})
         if df is not None and "contended" in df.columns:
             flags += df["contended"].fillna(False).astype(bool).tolist()
         elif df is not None or provenance:
             flags.append(bool(provenance.get("contended", False)))
+        if df is not None and key in eager_calls_in:
+            views.append(df)
         _nodes_of(provenance, nodes)
     everywhere = bool(flags) and all(flags)
     partly = f"{sum(flags)} of {len(flags)} timed rows" if any(flags) and not everywhere else ""
-    caveat = Timing(everywhere, sorted(nodes), partly)
+    caveat = Timing(everywhere, sorted(nodes), partly, compiled_eager_calls(views))
     if caveat.contended:
         stamps["contended"] = True
     if len(caveat.nodes) > 1:

@@ -143,7 +143,7 @@ def check_m1(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
         int(same.sum()), len(same),
         {str(e): int((~g).sum()) for e, g in same.groupby(timings["engine"], sort=False)},
         _num(seed.get("cpu_ratio_at_256")),
-        timing(data, stamps, "M1"))
+        timing(data, stamps, "M1", eager_calls_in=("kv_timings",)))
     p = ev.primary
     if p.predicted_ratio is not None and p.flop_estimate_ratio is not None:
         miss = abs(p.predicted_ratio - p.ratio)

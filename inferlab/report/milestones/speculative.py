@@ -183,7 +183,7 @@ def check_m3(data: ReportInputs, machine_fallback: dict | None = None) -> Milest
                       _num(group.get("speedup_theory_time")), _num(group.get("wall_speedup")),
                       int(identical.sum()), len(identical), {e: spec_engine(summary, best, e) for e in engines},
                       seed=dict(data.seed_reference.get("speculative", {})),
-                      timing=timing(data, stamps, "M3"))
+                      timing=timing(data, stamps, "M3", eager_calls_in=("spec_summary",)))
     _table_facts(ev, summary, engines)
     ev.targets = [Target("greedy output identical to the target's (cases)", ev.greedy_identical, ev.greedy_cases,
                          ev.greedy_identical == ev.greedy_cases > 0, limit_of="every case"),
