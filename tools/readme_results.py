@@ -298,7 +298,7 @@ def ms(median: float, low: float) -> str:
 
 
 def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, provenance: dict,
-                       calls: pd.DataFrame | None = None) -> str:
+                       calls: pd.DataFrame | None = None, calls_provenance: dict | None = None) -> str:
     """docs/engines.md's tables of tools/bench_engine.py's committed run: ms per cached forward per
     variant, what one package call costs three ways, and whole rounds; the last variant is the engine
     as it is."""
@@ -325,9 +325,11 @@ def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, prov
                    else f"{int(own['cpp_gemm_template'])} / {int(own['kernel_launches'])}")
         lines.append(f"| {model} | {int(rows)} | {' | '.join(cells)} | {kernels} |")
     if calls is not None and "path" in calls:
+        stamp = calls_provenance or provenance
         lines += ["", "The compiled engine's call paths against their packages' `loader.run` on the same tensors, "
-                  "interleaved call by call (target ref_baseline; the step is the target's): median µs per call, "
-                  "and the median of the per-pair differences.", "",
+                  "interleaved call by call (target ref_baseline; the step is the target's), measured on "
+                  f"{machine_of(stamp.get('machine') or {})} at {stamp.get('measured_at', '?')}: median µs per "
+                  "call, and the median of the per-pair differences.", "",
                   "| draft | path | path µs | loader.run µs | over loader.run µs |", "|---|---|---|---|---|"]
         lines += [f"| {row.draft} | {row.path} | {row.path_median_us:.1f} | {row.loader_median_us:.1f} | "
                   f"{row.over_loader_us:.1f} |" for row in calls.itertuples()]
@@ -337,7 +339,8 @@ def engine_bench_block(forwards: pd.DataFrame, rounds: pd.DataFrame | None, prov
         cases = list(dict.fromkeys(rounds["case"]))
         lines += [
             "",
-            f"Whole speculative rounds in the same run (target ref_baseline, {settings.get('round_reps', '?')} reps, "
+            "Whole speculative rounds, measured with the forwards (target ref_baseline, "
+            f"{settings.get('round_reps', '?')} reps, "
             "random weights, so draft and target are both near uniform and α is high): median (min) ms per "
             "token. `compiled reference` is Python over compiled steps; `compiled fused` is the round (or the "
             "target-only step with its draw) as one graph.",
@@ -364,7 +367,8 @@ def engine_bench_block_for(forwards: Path = ENGINE_BENCH, rounds: Path = ENGINE_
                            calls: Path = ENGINE_CALLS) -> str:
     """docs/engines.md's block for the committed engine benchmark."""
     return engine_bench_block(pd.read_parquet(forwards), pd.read_parquet(rounds) if rounds.exists() else None,
-                              read_provenance(forwards), pd.read_parquet(calls) if calls.exists() else None)
+                              read_provenance(forwards), pd.read_parquet(calls) if calls.exists() else None,
+                              read_provenance(calls) if calls.exists() else None)
 
 
 def current_block(name: str, path: Path) -> str | None:

@@ -32,17 +32,22 @@ def _speed_sentence(summary: pd.DataFrame) -> str:
 
     def on_engine(row: dict, suffix: str) -> str:
         label = f" on {suffix[1:]}" if suffix else ""
-        # a compiled engine's decodes with forwards that ran eagerly say how many (every forward does on eager;
-        # rows from before the count say nothing)
-        eager_calls = row.get("eager_calls" + suffix, math.nan) if suffix else math.nan
-        calls = "" if pd.isna(eager_calls) else f"; {int(eager_calls)} eager calls"
         return (f"{row['ms_per_token' + suffix]:.2f} vs fp32 {row['fp32_ms_per_token' + suffix]:.2f} ms/token"
-                f"{label} ({row['speedup_vs_fp32' + suffix]:.2f}x{calls})")
+                f"{label} ({row['speedup_vs_fp32' + suffix]:.2f}x)")
 
     parts = [f"{row['scheme']} " + ", ".join(on_engine(row, suffix) for suffix in ["", *engines])
              for row in timed.to_dict("records")]
     return (f"decode speed measured for {len(timed)} of {len(summary)} schemes with a low-bit kernel "
-            f"({'; '.join(parts)}); the other {len(summary) - len(timed)} are {QUALITY_ONLY}")
+            f"({'; '.join(parts)}{_eager_calls(timed, engines)}); the other {len(summary) - len(timed)} are "
+            f"{QUALITY_ONLY}")
+
+
+def _eager_calls(timed: pd.DataFrame, engines: list[str]) -> str:
+    """Once for all schemes, each compiled engine's forwards that ran eagerly inside its timed decodes (on eager
+    every forward is one: nothing to say; rows from before the count say nothing)."""
+    counted = [f"{int(timed[column].sum())} eager calls in the decodes on {suffix[1:]}" for suffix in engines
+               if (column := "eager_calls" + suffix) in timed and timed[column].notna().all()]
+    return "; " + ", ".join(counted) if counted else ""
 
 
 def choose_scheme(summary: pd.DataFrame) -> pd.DataFrame:
