@@ -133,6 +133,26 @@ def test_a_slice_of_a_longer_row_runs_the_package_of_its_shape(compiled, one_lay
     assert len(built(compiled)) - compiles <= 1, sorted(built(compiled))
 
 
+def test_a_step_is_found_by_its_position_and_the_package_refuses_any_other_token(compiled, one_layer):
+    """session.step finds its package by the position alone; a token the package was not built for (another
+    dtype, a stride of a longer row, two tokens) is refused by the package's own input checks before any
+    kernel runs, so the cache is untouched, and a first step of two tokens is refused in Python."""
+    ids = torch.randint(one_layer.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        session = compiled.open(one_layer)
+        session.fill(ids[:, :7])
+        step = session.step(ids[:, 7:8].clone(memory_format=torch.contiguous_format), 7)[0]
+        torch.testing.assert_close(step, one_layer(ids[:, :8])[0, 7:], atol=1e-4, rtol=0)
+        cache = [c.clone() for c in session.k_caches]
+        refused = {"dtype": ids[:, 7:8].int().contiguous(), "stride": ids[:, 7:8], "dim": ids[:, 7:9].contiguous()}
+        for what, token in refused.items():
+            with pytest.raises(RuntimeError, match=what):
+                session.step(token, 7)
+        assert all(torch.equal(a, b) for a, b in zip(cache, session.k_caches, strict=True))
+        with pytest.raises(ValueError, match="one token per row"):
+            session.step(ids[:, :2].contiguous(), 0)
+
+
 def test_compiled_speculative_greedy_identity_and_rollback(compiled, pair):
     """Greedy speculative decoding on the compiled engine equals target-only greedy decoding, and
     every round's cached logits (after rejections too) equal a fresh uncached forward."""

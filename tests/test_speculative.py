@@ -332,7 +332,7 @@ class CountingEngine(EagerEngine):
             self.forwards.append((model.config.d_model, tokens.size(1), start))
             return forward(tokens, start)
 
-        session.forward = logged
+        session.forward = session.step = logged  # a step is a forward of one token per row
         return session
 
 

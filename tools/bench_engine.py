@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 
 from inferlab.core.config import GPTConfig
-from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine
+from inferlab.core.engine import DEFAULT_INDUCTOR_OPTIONS, EagerEngine, make_engine, own_rows
 from inferlab.core.model import GPT
 from inferlab.core.static_forward import context_bucket
 from inferlab.jobs.machine import machine_stamp
@@ -95,6 +95,10 @@ def _paired_us(ways: dict, reps: int) -> dict[str, list[float]]:
     return times
 
 
+def _median_difference(times: list[float], baseline: list[float]) -> float:
+    return statistics.median(a - b for a, b in zip(times, baseline, strict=True))
+
+
 @contextmanager
 def _call_paths(engine, target: GPT, draft: GPT, context: int, k: int):
     """The compiled engine's four call paths after `context` cached positions, each with the loader of the
@@ -105,10 +109,10 @@ def _call_paths(engine, target: GPT, draft: GPT, context: int, k: int):
         ids = torch.randint(target.config.vocab_size, (1, context + 1))
         for session in (target_session, draft_session):
             session.fill(ids[:, :context])
-        token = ids[:, context:].clone()
-        target_session.forward(token, context)  # finds (or builds) its package
+        token = own_rows(ids[:, context:])
+        target_session.step(token, context)  # finds (or builds) its package
         # the package the session's table holds for this step, and its inputs as the session passes them
-        step_run = engine.steps_of(target)[context, token.shape, token.dtype, token.device][1]
+        step_run = engine.token_steps_of(target, 1)[context][1]
         step_tensors = [token, engine.positions(context, 1, token.device), *target_session.k_caches,
                         *target_session.v_caches]
         rounds = fused_rounds(engine, target_session, draft_session, k, settings)
@@ -116,7 +120,7 @@ def _call_paths(engine, target: GPT, draft: GPT, context: int, k: int):
         steps = sampled_steps(engine, target_session, settings)
         steps.host["token"][0, 0], steps.host["position"][0] = int(token), context
         draft_half = stack.enter_context(draft_half_call(draft, context, k, settings, engine))
-        paths = {"step (session.forward)": (partial(target_session.forward, token, context),
+        paths = {"step (session.step)": (partial(target_session.step, token, context),
                                             partial(step_run, step_tensors))}
         for path, calls, end in (("round (fused)", rounds, context + k), ("target-only step", steps, context + 1)):
             bound = calls.bind(end)
@@ -129,19 +133,21 @@ def call_cost_table(models: dict[str, GPT], context: int, reps: int, k: int = 2,
                     build_dir: str | None = None) -> pd.DataFrame:
     """What each of the compiled engine's four call paths (a session's step, a fused round, target-only
     sampling's step, a round's draft half) costs over its package's loader.run on the same tensors:
-    target ref_baseline with each draft, the path and its loader interleaved call by call. over_loader_us
-    is the median of the per-pair differences. build_dir keeps the packages for the next run."""
+    target ref_baseline with each draft, the path and its loader interleaved call by call, with the loader
+    a second time beside them. over_loader_us is the median of the per-call differences; the loader against
+    itself (loader_over_loader_us) is what that median reads when nothing differs, this run's noise.
+    build_dir keeps the packages for the next run."""
     engine = make_engine("compiled", build_dir=build_dir)
     records = []
     for draft_name in ("c1_dim64", "c1_dim128"):
         with _call_paths(engine, models["ref_baseline"], models[draft_name], context, k) as paths:
             for path, (call, loader) in paths.items():
-                times = _paired_us({"path": call, "loader": loader}, reps)
-                over = [a - b for a, b in zip(times["path"], times["loader"], strict=True)]
+                times = _paired_us({"path": call, "loader": loader, "loader again": loader}, reps)
                 records.append({"draft": draft_name, "k": k, "path": path,
                                 "path_median_us": statistics.median(times["path"]),
                                 "loader_median_us": statistics.median(times["loader"]),
-                                "over_loader_us": statistics.median(over),
+                                "over_loader_us": _median_difference(times["path"], times["loader"]),
+                                "loader_over_loader_us": _median_difference(times["loader again"], times["loader"]),
                                 "over_loader_min_us": min(times["path"]) - min(times["loader"])})
     table = pd.DataFrame(records)
     print(table.to_string(index=False), flush=True)

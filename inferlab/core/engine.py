@@ -77,6 +77,8 @@ class EagerSession:
         positions = torch.arange(start, start + tokens.size(1), device=tokens.device)
         return self.model(tokens, positions)
 
+    step = forward  # a decode step, one token per row: no call of its own here
+
     def fill(self, tokens: torch.Tensor, start: int = 0) -> None:
         """Caches tokens' keys and values from `start` on (an untimed setup): one forward."""
         self.forward(tokens, start)
@@ -126,12 +128,13 @@ def own_rows(tokens: torch.Tensor) -> torch.Tensor:
 
 
 class BoundCall:
-    """A package and the flat tensor list it runs on: calling it is the loader's call and one index."""
+    """A call's run (its package's, or an eager one where it has none) and the flat tensor list it runs on:
+    calling it is run(tensors) and one index."""
 
     __slots__ = ("package", "run", "tensors")
 
-    def __init__(self, package: Package, tensors: list[torch.Tensor]):
-        self.package, self.run, self.tensors = package, package.run, tensors
+    def __init__(self, run: Callable, tensors: list[torch.Tensor], package: Package | None = None):
+        self.run, self.tensors, self.package = run, tensors, package
 
     def __call__(self) -> torch.Tensor:
         return self.run(self.tensors)[0]
@@ -139,11 +142,12 @@ class BoundCall:
 
 class CompiledSession:
     """Static buffers for one model; each forward runs its package (inferlab.core.packages), found once per
-    (start, tokens' shape) for the model and then called with this session's buffers, so that a decode
-    step costs its loader's call and a few Python operations."""
+    (start, tokens' shape) for the model and then called with this session's buffers. A decode's step
+    (`step`: one token per row) is found by its position alone, so that it costs its loader's call and a
+    dict lookup: the package's own input checks refuse a token of another shape, stride, dtype or device."""
 
     def __init__(self, engine: CompiledEngine, model: GPT, batch_size: int):
-        self.engine, self.model = engine, model
+        self.engine, self.model, self.batch_size = engine, model, batch_size
         cfg = model.config
         shape = (batch_size, cfg.n_head, cfg.max_seq_len, cfg.d_model // cfg.n_head)
         weight = model.tok_emb.weight
@@ -151,43 +155,51 @@ class CompiledSession:
         self.v_caches = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.blocks]
         # a package's inputs: the tokens and positions (set per call), then the caches
         self._inputs: list = [None, None, *self.k_caches, *self.v_caches]
-        # (start, tokens' shape, dtype and device) -> (positions, the package's run or None): the engine's,
-        # shared by every session of this model
-        self._steps = engine.steps_of(model)
+        # the engine's tables of this model's forwards, shared by every session of it: (start, tokens' shape,
+        # dtype, device) -> (positions, run), and a step's start -> (positions, run) at this batch size
+        self._forwards = engine.steps_of(model)
+        self._steps = engine.token_steps_of(model, batch_size)
+
+    def step(self, token: torch.Tensor, start: int) -> torch.Tensor:
+        """A decode step: token (B, 1), with strides of its own, at position start; logits (B, 1, V)."""
+        found = self._steps.get(start)
+        if found is None:
+            return self._first_step(token, start)
+        inputs = self._inputs
+        inputs[0], inputs[1] = token, found[0]
+        return found[1](inputs)[0]
+
+    def _first_step(self, token: torch.Tensor, start: int) -> torch.Tensor:
+        if tuple(token.shape) != (self.batch_size, 1):
+            raise ValueError(f"a step takes one token per row, shape ({self.batch_size}, 1); got {tuple(token.shape)}")
+        logits = self.forward(token, start)
+        self._steps[start] = self._forwards[start, token.shape, token.dtype, token.device]
+        return logits
 
     def forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        found = self._steps.get((start, tokens.shape, tokens.dtype, tokens.device))
-        if found is None or not tokens.is_contiguous():
-            return self._first_forward(tokens, start)
-        positions, run = found
+        """Any forward: tokens (B, n) at positions start..start+n-1; logits (B, n, V)."""
+        tokens = own_rows(tokens)
+        found = self._forwards.get((start, tokens.shape, tokens.dtype, tokens.device))
+        if found is None:
+            found = self._first_forward(tokens, start)
         inputs = self._inputs
-        inputs[0], inputs[1] = tokens, positions
-        if run is None:
-            return self._eager_forward(tokens, positions)
-        return run(inputs)[0]
+        inputs[0], inputs[1] = tokens, found[0]
+        return found[1](inputs)[0]
 
-    def _first_forward(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
-        """forward's first call of a (start, shape): checks the position, finds the package (or learns there
-        is none) and keeps both for every later call."""
+    def _first_forward(self, tokens: torch.Tensor, start: int) -> tuple[torch.Tensor, Callable]:
+        """forward's first call of a (start, shape): checks the position and finds the package, or learns
+        there is none (then it runs eagerly, counted), for every later call."""
         n, max_seq_len = tokens.size(1), self.model.config.max_seq_len
         if start + n > max_seq_len:
             raise ValueError(f"position {start + n - 1} exceeds the context {max_seq_len}")
-        tokens = own_rows(tokens)
         positions = self.engine.positions(start, n, tokens.device)
         context = context_bucket(start + n, max_seq_len)
         label = f"{model_label(self.model)}:T{n}:B{tokens.size(0)}:S{context}"
         package, _ = self.engine.resolve(static_forward, (self.model,), label, (tokens, positions, self.k_caches,
                                                                                 self.v_caches, 0, context))
-        self._steps[start, tokens.shape, tokens.dtype, tokens.device] = found = (positions, package and package.run)
-        inputs = self._inputs
-        inputs[0], inputs[1] = tokens, positions
-        return self._eager_forward(tokens, positions) if package is None else found[1](inputs)[0]
-
-    def _eager_forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        self.engine.eager_calls += 1
-        with torch.no_grad():
-            return static_forward(self.model, tokens, positions, self.k_caches, self.v_caches,
-                                  context=context_bucket(int(positions[-1]) + 1, self.model.config.max_seq_len))
+        run = package.run if package else partial(_run_eagerly, self.engine, self.model, context)
+        self._forwards[start, tokens.shape, tokens.dtype, tokens.device] = found = (positions, run)
+        return found
 
     def fill(self, tokens: torch.Tensor, start: int = 0) -> None:
         """Caches tokens' keys and values from `start` on (an untimed setup), one decode step at a time: the
@@ -197,6 +209,14 @@ class CompiledSession:
 
     def close(self) -> None:
         self.k_caches, self.v_caches, self._inputs = [], [], []
+
+
+def _run_eagerly(engine: CompiledEngine, model: GPT, context: int, inputs: list) -> list[torch.Tensor]:
+    """A forward with no package, on a session's inputs (tokens, positions, the caches), op by op, counted."""
+    engine.eager_calls += 1
+    layers = len(model.blocks)
+    with torch.no_grad():
+        return [static_forward(model, inputs[0], inputs[1], inputs[2:2 + layers], inputs[2 + layers:], context=context)]
 
 
 class CompiledEngine:
@@ -231,6 +251,7 @@ class CompiledEngine:
         # (fn, models, layout) -> {tensor signature: package or None}; the key holds its models, so no id is reused
         self._calls: dict[tuple, dict[tuple, Package | None]] = {}
         self._steps: weakref.WeakKeyDictionary[GPT, dict] = weakref.WeakKeyDictionary()
+        self._token_steps: weakref.WeakKeyDictionary[GPT, dict] = weakref.WeakKeyDictionary()
         self._positions: dict[tuple, torch.Tensor] = {}
         self._weights = FrozenWeights()
 
@@ -258,6 +279,10 @@ class CompiledEngine:
         """The sessions' table of model's forwards: (start, tokens' shape, dtype, device) -> (positions, run)."""
         return self._steps.setdefault(model, {})
 
+    def token_steps_of(self, model: GPT, batch_size: int) -> dict:
+        """The sessions' table of model's decode steps at batch_size: start -> (positions, run)."""
+        return self._token_steps.setdefault(model, {}).setdefault(batch_size, {})
+
     def positions(self, start: int, n: int, device: torch.device) -> torch.Tensor:
         """The positions start..start+n-1 as a tensor, made once: the graphs only read it."""
         key = (start, n, device)
@@ -281,7 +306,7 @@ class CompiledEngine:
         return self.bind(fn, models, label, *args, dynamic=dynamic)()
 
     def bind(self, fn: Callable, models: tuple[GPT, ...], label: str, *args,
-             dynamic: dict[int, tuple[int, int, int]] | None = None) -> Callable[[], torch.Tensor]:
+             dynamic: dict[int, tuple[int, int, int]] | None = None) -> BoundCall:
         """fn(*models, *args) as a call without arguments, bound to its package and these tensors: calling it
         runs the package on the tensors as they are then, so a decode binds each call once and writes each
         step's values into its tensors in place (copy_, fill_, out=).
@@ -295,13 +320,14 @@ class CompiledEngine:
             self._weights.check(model)
         package, tensors = self.resolve(fn, models, label, args, dynamic)
         if package is None:
-            return partial(self._eager_call, fn, models, args)
-        return BoundCall(package, tensors)
+            return BoundCall(partial(self._eager_call, fn, models, args), tensors)
+        return BoundCall(package.run, tensors, package)
 
-    def _eager_call(self, fn: Callable, models: tuple[GPT, ...], args: tuple) -> torch.Tensor:
+    def _eager_call(self, fn: Callable, models: tuple[GPT, ...], args: tuple, tensors: list) -> list[torch.Tensor]:
+        """fn on args, whose tensors are the bound ones, op by op, counted."""
         self.eager_calls += 1
         with torch.no_grad():
-            return fn(*models, *args)
+            return [fn(*models, *args)]
 
     def resolve(self, fn: Callable, models: tuple[GPT, ...], label: str, args: tuple,
                 dynamic: dict | None = None) -> tuple[Package | None, list[torch.Tensor]]:

@@ -54,24 +54,27 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: b
         raise ValueError(f"prompt + new tokens = {total} exceeds the context {model.config.max_seq_len}")
     engine = engine or EagerEngine()
     if not use_cache:
-        return _decode_loop(lambda tokens, start, sequence: engine.recompute_last(model, sequence),
-                            prompt, max_new_tokens, sampler, keep_logits)
+        def recompute(tokens, start, sequence):
+            return engine.recompute_last(model, sequence)
+        return _decode_loop(recompute, recompute, prompt, max_new_tokens, sampler, keep_logits)
     session = engine.open(model, prompt.size(0), total)
     try:
         return _decode_loop(lambda tokens, start, sequence: session.forward(tokens, start)[:, -1],
+                            lambda token, start, sequence: session.step(token, start)[:, -1],
                             prompt, max_new_tokens, sampler, keep_logits)
     finally:
         session.close()
 
 
-def _decode_loop(step, prompt, max_new_tokens, sampler, keep_logits) -> Generation:
-    """step(new tokens (B, T), their start position, the sequence so far) -> next logits (B, V)."""
+def _decode_loop(prefill, step, prompt, max_new_tokens, sampler, keep_logits) -> Generation:
+    """prefill and step(new tokens (B, T), their start position, the sequence so far) -> next logits (B, V):
+    prefill runs the prompt, step each new token after it."""
     sequence = torch.empty(prompt.size(0), prompt.size(1) + max_new_tokens, dtype=torch.long,
                            device=prompt.device)
     sequence[:, : prompt.size(1)] = prompt
     kept: list[torch.Tensor] | None = [] if keep_logits else None
     position = prompt.size(1)
-    logits = step(prompt, 0, prompt)
+    logits = prefill(prompt, 0, prompt)
     for index in range(max_new_tokens):
         token = sampler(logits)
         sequence[:, position] = token

@@ -9,10 +9,12 @@ digest, and a hash of everything else that shapes the graph (the argument layout
 shape, stride and dtype, the non-tensor values, the inductor options, the thread count).
 
 What is frozen into a package (the weights, the RoPE tables, the thread count its C++ loops were
-blocked for) is recorded in its metadata and checked when it is loaded: AOTInductor itself checks
-no input unless AOTI_RUNTIME_CHECK_INPUTS is set, so a package of another checkpoint is refused
-with both digests named, never run. Beside each package a small JSON file keeps what compiling it
-cost and what it generated (kernel launches per call, read from its C++ source).
+blocked for) is recorded in its metadata and checked when it is loaded, so a package of another
+checkpoint is refused with both digests named, never run. Every call is checked too: load_package turns
+on the input checks AOTInductor generates into every package (RUNTIME_CHECKS), so a tensor of
+another shape, stride, dtype or device is refused by the package itself, in C++. Beside each package
+a small JSON file keeps what compiling it cost and what it generated (kernel launches per call, read
+from its C++ source).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import inspect
 import itertools
 import json
 import logging
+import os
 import time
 import zipfile
 from collections.abc import Callable
@@ -43,6 +46,11 @@ WRITTEN_FOR_TORCH = "2.13"
 PACKAGE_SUFFIX = ".pt2"
 RECORD_SUFFIX = ".json"
 METADATA_KEY = "inferlab"
+# The environment variable the input checks AOTInductor generates into each package read, once, at the
+# package's first call: set, every call compares each input's sizes, strides, dtype and device with the
+# graph's and raises a RuntimeError naming the first that differs. The engine relies on it to call a package
+# with no check in Python (CompiledSession.step).
+RUNTIME_CHECKS = "AOTI_RUNTIME_CHECK_INPUTS"
 # what a compile rule leaves, with the reason, when it could not compile: its timing jobs then run eager
 UNAVAILABLE = "unavailable.txt"
 
@@ -225,6 +233,7 @@ def load_package(path: Path, name: PackageName) -> Package:
         raise PackageError(f"{path} is damaged ({error}); delete it and rerun the workflow to rebuild it") from error
     if damaged is not None:
         raise PackageError(f"{path} is damaged ({damaged} fails its checksum); delete it and rerun the workflow")
+    os.environ[RUNTIME_CHECKS] = "1"  # before the package's first call, which reads it
     loaded = torch._inductor.aoti_load_package(str(path))
     recorded = json.loads(loaded.get_metadata().get(METADATA_KEY, "{}"))
     refusal = _refusal(path, recorded, name)

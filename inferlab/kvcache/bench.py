@@ -29,7 +29,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tqdm import tqdm
 
 from inferlab.core.config import kv_bytes_per_token
-from inferlab.core.engine import PACKAGE_CALL, CompiledEngine, EagerEngine, Engine
+from inferlab.core.engine import PACKAGE_CALL, CompiledEngine, EagerEngine, Engine, own_rows
 from inferlab.core.engine_rows import eager_call_counter, engine_columns
 from inferlab.core.generate import decode_one_token, generate, prefill
 from inferlab.core.model import GPT
@@ -126,8 +126,8 @@ def _cached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, position
     session = engine.open(model, sequence.size(0), positions)
     if positions > 1:
         session.fill(sequence[:, : positions - 1])
-    token = sequence[:, positions - 1: positions].clone()  # its own row: the timed step never copies it
-    return (lambda: session.forward(token, positions - 1)), session.close
+    token = own_rows(sequence[:, positions - 1: positions])  # its own row, as a decode's step passes it
+    return (lambda: session.step(token, positions - 1)), session.close
 
 
 def _uncached_step_fn(engine: Engine, model: GPT, sequence: torch.Tensor, positions: int
