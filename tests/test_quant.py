@@ -11,6 +11,7 @@ import yaml
 from inferlab.core.config import GPTConfig
 from inferlab.core.engine import EagerEngine
 from inferlab.core.evaluation import evaluate_against_reference
+from inferlab.core.generate import generate
 from inferlab.core.model import GPT
 from inferlab.core.packages import UNAVAILABLE
 from inferlab.quant import bench as quant_bench
@@ -283,13 +284,22 @@ def test_decode_speed_measurement_reports_medians_and_agreement():
 
 def test_decode_speed_counts_the_eager_calls_of_its_timed_decodes():
     """eager_calls: the forwards of the timed decodes (fp32's and the kernel model's, every rep) that ran
-    eagerly; on the eager engine each decode's prompt and steps, never the warm-ups."""
+    eagerly; on the eager engine each decode's fill of its prompt and its steps, never the warm-ups."""
     model = tiny_random_model()
     fast = quant_kernels.kernel_model(*quant.quantize_model(model, "int8_per_channel_sym"), "int8_per_channel_sym")
     engine = EagerEngine()
     out = quant_bench.measure_decode_speed(model, fast, torch.tensor([[1, 2, 3]]), new_tokens=5, reps=3, engine=engine)
-    assert out["eager_calls"] == 3 * 2 * 5  # each decode: its prompt, then 4 steps
-    assert engine.eager_calls == out["eager_calls"] + 2 * 5  # the warm-up decodes ran too, uncounted
+    assert out["eager_calls"] == 3 * 2 * 6  # each decode: its prompt but the last token (one forward), 5 steps
+    assert engine.eager_calls == out["eager_calls"] + 2 * 6  # the warm-up decodes ran too, uncounted
+
+
+def test_a_timed_decode_is_its_steps_and_gives_generates_tokens():
+    """The decode Experiment 4 times caches the prompt but its last token untimed, then makes each new token
+    in one step: the same greedy tokens as generate, whose prompt is one forward."""
+    model = tiny_random_model()
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    _, tokens = quant_bench.time_decode(model, prompt, 6)
+    assert torch.equal(tokens, generate(model, prompt, 6).tokens)
 
 
 def test_the_measured_sentence_says_a_compiled_engines_eager_calls():
@@ -313,7 +323,6 @@ def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path
     build directory, so a missing package would be refused). The kernels' packages decode the same
     greedy tokens as eager."""
     from inferlab.core.engine import CompiledEngine, make_engine
-    from inferlab.core.generate import generate
     from inferlab.core.packages import PackageError
 
     if not quant_kernels.KERNELS[get_scheme(scheme).kernel].available("cpu"):
@@ -329,8 +338,10 @@ def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path
                                  engines=("eager", "compiled"), graph_dirs=dirs)
     assert row["engine_used_compiled"] == "compiled" and row["ms_per_token_compiled"] > 0
     assert row["engine_fallback_reason_compiled"] == ""
-    # every forward of the compiled decodes ran from those packages; on eager, each of the 2 x 4 forwards
-    assert (row["eager_calls_compiled"], row["eager_calls"]) == (0, 2 * 4)
+    # every forward of the compiled decodes ran from those packages; on eager, each decode's fill and 4 steps
+    assert (row["eager_calls_compiled"], row["eager_calls"]) == (0, 2 * 5)
+    packages = [path.name for directory in dirs for path in directory.glob("*.pt2")]
+    assert packages and all("_T1_" in name for name in packages), f"more than the step's packages: {packages}"
     # a compile rule that could not compile: the row ran eager and says why, as every timing table does
     unavailable = tmp_path / "unavailable"
     unavailable.mkdir()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.core.engine import EagerEngine, Engine
+from inferlab.core.engine import EagerEngine, Engine, own_rows
 from inferlab.core.model import GPT
 
 # A sampler maps next-token logits (B, V) to token ids (B,).
@@ -64,6 +64,17 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: b
                             prompt, max_new_tokens, sampler, keep_logits)
     finally:
         session.close()
+
+
+@torch.no_grad()
+def decode_after_prompt(session, prompt: torch.Tensor, max_new_tokens: int, sampler: Sampler = greedy) -> Generation:
+    """generate's cached loop on a session that holds the prompt (B, T) but its last token (session.fill):
+    every new token is one step, the first one the prompt's last token's, so that a decode's time is its
+    steps' alone, and one step's package serves every prompt length."""
+    last, start = own_rows(prompt[:, -1:]), prompt.size(1) - 1
+    return _decode_loop(lambda tokens, _, sequence: session.step(last, start)[:, -1],
+                        lambda token, position, sequence: session.step(token, position)[:, -1],
+                        prompt, max_new_tokens, sampler, False)
 
 
 def _decode_loop(prefill, step, prompt, max_new_tokens, sampler, keep_logits) -> Generation:
