@@ -22,8 +22,10 @@ whatever the caller's input_pos says, see inferlab.core.model.KVCache):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -201,12 +203,18 @@ class FusedCalls:
         self.settings = (torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p))
         self.max_seq_len = models[0].config.max_seq_len
         self._bound: dict[int, object] = {}  # context bucket -> its bound call
-        self._by_end: dict[int, object] = {}  # end -> the bound call of its bucket, so a call finds it in one lookup
+        # end -> its bucket's run on its tensors, as one object: a call reads as little memory as it can, for
+        # right after a package has run every object it touches is a cache miss
+        self._runs: dict[int, Callable] = {}
 
     def __call__(self, end: int) -> torch.Tensor:
         """The graph over the bucket that holds position end - 1, on the inputs as they are now."""
-        bound = self._by_end.get(end) or self.bind(end)
-        return bound.run(bound.tensors)[0]  # BoundCall's call, written out: a frame fewer on every round
+        return (self._runs.get(end) or self._run_of(end))()[0]
+
+    def _run_of(self, end: int) -> Callable:
+        bound = self.bind(end)
+        self._runs[end] = run = partial(bound.run, bound.tensors)
+        return run
 
     def bind(self, end: int):
         """The bound call over the bucket that holds position end - 1 (binding runs nothing: on an engine
@@ -215,7 +223,6 @@ class FusedCalls:
         if context not in self._bound:
             self._bound[context] = self.engine.bind(self.fn, self.models, f"{self.label}:S{context}", *self.caches,
                                                     *self.inputs.values(), *self.settings, context)
-        self._by_end[end] = self._bound[context]
         return self._bound[context]
 
     def bind_every_bucket(self, first_end: int, last_end: int) -> None:
