@@ -316,6 +316,18 @@ def test_the_measured_sentence_says_a_compiled_engines_eager_calls():
     assert "eager calls" not in quant_choice.choose_scheme(_summary([old])).iloc[0]["measured"]
 
 
+@pytest.mark.parametrize(("untimed", "ending"), [(0, "compiled)"), (1, "the other one is quality only"),
+                                                  (2, "the other 2 are quality only")])
+def test_the_measured_sentence_names_the_untimed_schemes_in_good_grammar(untimed, ending):
+    timed = {**_row("int8_per_channel_sym", 0.001), "speed_status": "measured: int8 kernel", "speed_reps": 3,
+             "ms_per_token": 2.0, "fp32_ms_per_token": 3.0, "speedup_vs_fp32": 1.5, "eager_calls": 30,
+             "ms_per_token_compiled": 1.0, "fp32_ms_per_token_compiled": 2.0, "speedup_vs_fp32_compiled": 2.0,
+             "eager_calls_compiled": 0}
+    others = [_row(name, 0.01) for name in ("int3_gptq", "int4_per_channel_sym")[:untimed]]
+    measured = quant_choice.choose_scheme(_summary([timed, *others])).iloc[0]["measured"]
+    assert measured.endswith(ending), measured
+
+
 @pytest.mark.parametrize("scheme", ["int8_per_channel_sym", "int4_g32_sym"])
 def test_a_scheme_job_times_the_packages_its_compile_jobs_built(scheme, tmp_path):
     """As the workflow runs Experiment 4 on the compiled engine: its compile jobs build fp32's and the

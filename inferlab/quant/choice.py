@@ -37,9 +37,10 @@ def _speed_sentence(summary: pd.DataFrame) -> str:
 
     parts = [f"{row['scheme']} " + ", ".join(on_engine(row, suffix) for suffix in ["", *engines])
              for row in timed.to_dict("records")]
+    rest = len(summary) - len(timed)
+    others = {0: "", 1: f"; the other one is {QUALITY_ONLY}"}.get(rest, f"; the other {rest} are {QUALITY_ONLY}")
     return (f"decode speed measured for {len(timed)} of {len(summary)} schemes with a low-bit kernel "
-            f"({'; '.join(parts)}{_eager_calls(timed, engines)}); the other {len(summary) - len(timed)} are "
-            f"{QUALITY_ONLY}")
+            f"({'; '.join(parts)}{_eager_calls(timed, engines)}){others}")
 
 
 def _eager_calls(timed: pd.DataFrame, engines: list[str]) -> str:
