@@ -302,11 +302,16 @@ def test_a_timed_decode_is_its_steps_and_gives_generates_tokens():
     assert torch.equal(tokens, generate(model, prompt, 6).tokens)
 
 
+def _timed_row(eager_calls_compiled: int) -> dict:
+    """A scheme's row timed on eager and on compiled."""
+    return {**_row("int8_per_channel_sym", 0.001), "speed_status": "measured: int8 kernel", "speed_reps": 3,
+            "ms_per_token": 2.0, "fp32_ms_per_token": 3.0, "speedup_vs_fp32": 1.5, "eager_calls": 30,
+            "ms_per_token_compiled": 1.0, "fp32_ms_per_token_compiled": 2.0, "speedup_vs_fp32_compiled": 2.0,
+            "eager_calls_compiled": eager_calls_compiled}
+
+
 def test_the_measured_sentence_says_a_compiled_engines_eager_calls():
-    timed = {**_row("int8_per_channel_sym", 0.001), "speed_status": "measured: int8 kernel", "speed_reps": 3,
-             "ms_per_token": 2.0, "fp32_ms_per_token": 3.0, "speedup_vs_fp32": 1.5, "eager_calls": 30,
-             "ms_per_token_compiled": 1.0, "fp32_ms_per_token_compiled": 2.0, "speedup_vs_fp32_compiled": 2.0,
-             "eager_calls_compiled": 2}
+    timed = _timed_row(eager_calls_compiled=2)
     measured = quant_choice.choose_scheme(_summary([timed])).iloc[0]["measured"]
     assert "1.00 vs fp32 2.00 ms/token on compiled (2.00x); 2 eager calls in the decodes on compiled)" in measured
     assert "3.00 ms/token (1.50x)" in measured and measured.count("eager calls") == 1  # eager's are all eager
@@ -319,10 +324,7 @@ def test_the_measured_sentence_says_a_compiled_engines_eager_calls():
 @pytest.mark.parametrize(("untimed", "ending"), [(0, "compiled)"), (1, "the other one is quality only"),
                                                   (2, "the other 2 are quality only")])
 def test_the_measured_sentence_names_the_untimed_schemes_in_good_grammar(untimed, ending):
-    timed = {**_row("int8_per_channel_sym", 0.001), "speed_status": "measured: int8 kernel", "speed_reps": 3,
-             "ms_per_token": 2.0, "fp32_ms_per_token": 3.0, "speedup_vs_fp32": 1.5, "eager_calls": 30,
-             "ms_per_token_compiled": 1.0, "fp32_ms_per_token_compiled": 2.0, "speedup_vs_fp32_compiled": 2.0,
-             "eager_calls_compiled": 0}
+    timed = _timed_row(eager_calls_compiled=0)
     others = [_row(name, 0.01) for name in ("int3_gptq", "int4_per_channel_sym")[:untimed]]
     measured = quant_choice.choose_scheme(_summary([timed, *others])).iloc[0]["measured"]
     assert measured.endswith(ending), measured

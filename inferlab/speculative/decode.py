@@ -203,8 +203,7 @@ class FusedCalls:
         self.settings = (torch.tensor(settings.greedy), float(settings.temperature), float(settings.top_p))
         self.max_seq_len = models[0].config.max_seq_len
         self._bound: dict[int, object] = {}  # context bucket -> its bound call
-        # end -> its bucket's run on its tensors, as one object: a call reads as little memory as it can, for
-        # right after a package has run every object it touches is a cache miss
+        # end -> its bucket's run on its tensors: a call finds it in one lookup, without the bucket's arithmetic
         self._runs: dict[int, Callable] = {}
 
     def __call__(self, end: int) -> torch.Tensor:
